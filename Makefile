@@ -1,0 +1,43 @@
+# TuneFarm developer entry points. Every target bootstraps .venv when it is missing.
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test test-fast bench lint clean
+
+$(STAMP): pyproject.toml
+	@command -v $(PY) >/dev/null 2>&1 || { echo "error: $(PY) not found (set PY=python3.x)"; exit 1; }
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+DEMO_DB ?= sqlite:///tunefarm-demo.db
+DEMO_MODEL ?= examples/mlp.py
+DEMO_TRIALS ?= 32
+
+demo: $(STAMP)
+	$(BIN)/tunefarm tune $(DEMO_MODEL) --trials $(DEMO_TRIALS) --db $(DEMO_DB) --seed 0
+	mkdir -p out
+	$(BIN)/tunefarm build $(DEMO_MODEL) --db $(DEMO_DB) -o out/$(notdir $(basename $(DEMO_MODEL))).so
+	$(BIN)/tunefarm bench $(DEMO_MODEL) --db $(DEMO_DB)
+	$(BIN)/tunefarm db stats --db $(DEMO_DB)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -ra --durations=15 $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -ra -m "not slow" $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks
+
+lint: $(STAMP)
+	$(BIN)/ruff check tuner workers database tests examples benchmarks
+	$(BIN)/ruff format --check tuner workers database tests examples benchmarks
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache

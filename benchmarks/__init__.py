@@ -1,0 +1,1 @@
+"""TuneFarm benchmarks: `python -m benchmarks` (or `make bench`)."""

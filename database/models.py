@@ -1,0 +1,108 @@
+"""SQLAlchemy models of the schedule database.
+
+Everything stored is data: TVM objects are kept in TVM's JSON form and parsed back with TVM's
+JSON loaders, never unpickled.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sqlalchemy import (
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+SCHEMA_VERSION = 1
+
+
+def utcnow() -> dt.datetime:
+    """Timezone-aware now, stored as UTC."""
+    return dt.datetime.now(dt.timezone.utc)
+
+
+class Base(DeclarativeBase):
+    """Declarative base of all TuneFarm tables."""
+
+
+class MetaRow(Base):
+    """Key/value facts about the database itself (schema version, creator)."""
+
+    __tablename__ = "tunefarm_meta"
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+
+
+class WorkloadRow(Base):
+    """A tensor program (one PrimFunc in an IRModule) that schedules are tuned for."""
+
+    __tablename__ = "workloads"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    shash: Mapped[str] = mapped_column(String(32), index=True)
+    mod_json: Mapped[str] = mapped_column(Text)
+    task_name: Mapped[str | None] = mapped_column(String(256))
+    # The symbolic PrimFunc this static workload was specialized from, and the bucket values.
+    family_shash: Mapped[str | None] = mapped_column(String(32), index=True)
+    bucket_json: Mapped[str | None] = mapped_column(Text)
+    flops: Mapped[float | None] = mapped_column(Float)
+    tvm_version: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    records: Mapped[list[RecordRow]] = relationship(back_populates="workload")
+
+
+class JobRow(Base):
+    """One tuning job: who ran it, on what, with which budget, and how far it got."""
+
+    __tablename__ = "jobs"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(256), index=True)
+    status: Mapped[str] = mapped_column(String(32), default="running")
+    model: Mapped[str | None] = mapped_column(Text)
+    target_json: Mapped[str] = mapped_column(Text)
+    budget: Mapped[int] = mapped_column(Integer)
+    trials_done: Mapped[int] = mapped_column(Integer, default=0)
+    submitted_by: Mapped[str | None] = mapped_column(String(128))
+    config_json: Mapped[str | None] = mapped_column(Text)
+    started_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    finished_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
+    error: Mapped[str | None] = mapped_column(Text)
+
+
+class RecordRow(Base):
+    """One measured candidate schedule of a workload on a target (valid or failed)."""
+
+    __tablename__ = "tuning_records"
+    __table_args__ = (
+        UniqueConstraint("workload_id", "target_key", "candidate_hash", name="uq_record_candidate"),
+        Index("ix_record_best", "workload_id", "target_key", "mean_sec"),
+        Index("ix_record_candidate", "candidate_hash", "target_key"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    workload_id: Mapped[int] = mapped_column(ForeignKey("workloads.id", ondelete="CASCADE"))
+    candidate_hash: Mapped[str] = mapped_column(String(32))
+    trace_json: Mapped[str] = mapped_column(Text)
+    args_info_json: Mapped[str] = mapped_column(Text)
+    run_secs_json: Mapped[str | None] = mapped_column(Text)
+    mean_sec: Mapped[float | None] = mapped_column(Float)
+    std_sec: Mapped[float | None] = mapped_column(Float)
+    target_key: Mapped[str] = mapped_column(String(40))
+    target_json: Mapped[str] = mapped_column(Text)
+    target_kind: Mapped[str] = mapped_column(String(32), index=True)
+    target_arch: Mapped[str | None] = mapped_column(String(64))
+    device: Mapped[str | None] = mapped_column(Text)
+    worker: Mapped[str | None] = mapped_column(String(256))
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
+    error_kind: Mapped[str | None] = mapped_column(String(32))
+    error_msg: Mapped[str | None] = mapped_column(Text)
+    build_sec: Mapped[float | None] = mapped_column(Float)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    workload: Mapped[WorkloadRow] = relationship(back_populates="records")

@@ -1,0 +1,327 @@
+"""MetaSchedule's ``Database`` interface on top of TuneFarm's SQL storage.
+
+The search's own warm start (``get_top_k``), the task scheduler and
+``relax.transform.MetaScheduleApplyDatabase`` all work through this class. Unlike stock
+MetaSchedule, lookups are target-aware: records of another target kind are never used.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+import tvm
+import tvm_ffi
+from sqlalchemy import func, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+from tvm.ir import IRModule
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord, Workload
+
+from database.models import JobRow, RecordRow, WorkloadRow
+from database.storage import Storage
+from database.targets import TargetKey
+
+LOOKUP_LEVELS = ("exact", "arch", "kind")
+
+
+def shash_of(obj: Any) -> str:
+    """Structural hash of a TVM object as 16 hex digits."""
+    return format(tvm_ffi.structural_hash(obj) & (2**64 - 1), "016x")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One measured (or failed) candidate, with its provenance, ready to store."""
+
+    workload: Workload
+    candidate_hash: str
+    trace_json: Any
+    args_info_json: Any
+    run_secs: list[float] | None
+    target: tvm.target.Target
+    error_kind: str | None = None
+    error_msg: str | None = None
+    device: str | None = None
+    worker: str | None = None
+    job_id: int | None = None
+    build_sec: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.error_kind is None:
+            secs = self.run_secs or []
+            if not secs or any(not math.isfinite(s) or s <= 0 for s in secs):
+                raise ValueError(f"a valid measurement needs positive finite run times: {secs}")
+
+
+@derived_object
+class TuneFarmDatabase(PyDatabase):
+    """A MetaSchedule database stored in SQL (SQLite or PostgreSQL).
+
+    ``target`` scopes what the search sees (``get_top_k``) to records of that exact target.
+    """
+
+    def __init__(self, storage: Storage, target: tvm.target.Target | None = None) -> None:
+        super().__init__()
+        self.storage = storage
+        self.scope = TargetKey.of(target) if target is not None else None
+        self._ids: dict[str, list[tuple[IRModule, int]]] = {}
+        self._workloads: dict[int, Workload] = {}
+
+    # ---------------------------------------------------------------- workloads
+    def workload_id(
+        self,
+        mod: IRModule,
+        *,
+        create: bool = False,
+        task_name: str | None = None,
+        family: tuple[str, dict[str, int]] | None = None,
+    ) -> int | None:
+        """The row id of ``mod``'s workload; with ``create``, add it when missing."""
+        shash = shash_of(mod)
+        for known, wid in self._ids.get(shash, []):
+            if tvm_ffi.structural_equal(known, mod):
+                return wid
+
+        def find(session: Session) -> int | None:
+            rows = session.execute(
+                select(WorkloadRow.id, WorkloadRow.mod_json).where(WorkloadRow.shash == shash)
+            ).all()
+            for wid, mod_json in rows:
+                if tvm_ffi.structural_equal(tvm.ir.load_json(mod_json), mod):
+                    return wid
+            if not create:
+                return None
+            row = WorkloadRow(
+                shash=shash,
+                mod_json=tvm.ir.save_json(mod),
+                task_name=task_name,
+                family_shash=family[0] if family else None,
+                bucket_json=json.dumps(family[1], sort_keys=True) if family else None,
+                flops=_flops(mod),
+                tvm_version=tvm.__version__,
+            )
+            session.add(row)
+            session.flush()
+            return row.id
+
+        wid = self.storage.run(find)
+        if wid is not None:
+            self._ids.setdefault(shash, []).append((mod, wid))
+        return wid
+
+    def _workload(self, wid: int, mod: IRModule) -> Workload:
+        if wid not in self._workloads:
+            self._workloads[wid] = Workload(mod)
+        return self._workloads[wid]
+
+    def has_workload(self, mod: IRModule) -> bool:
+        return self.workload_id(mod) is not None
+
+    def commit_workload(self, mod: IRModule) -> Workload:
+        wid = self.workload_id(mod, create=True)
+        assert wid is not None
+        return self._workload(wid, mod)
+
+    # ---------------------------------------------------------------- records
+    def commit_tuning_record(self, record: TuningRecord) -> None:
+        trace, run_secs, _target, args_info = record.as_json()
+        secs = [float(s) for s in run_secs] if run_secs else None
+        failed = not secs or any(s >= 1e9 for s in secs)
+        self.add(
+            Measurement(
+                workload=record.workload,
+                candidate_hash=candidate_hash_of_trace(record.trace, record.workload.mod),
+                trace_json=trace,
+                args_info_json=args_info,
+                run_secs=None if failed else secs,
+                target=record.target,
+                error_kind="run_error" if failed else None,
+            )
+        )
+
+    def add(self, m: Measurement) -> bool:
+        """Store one measurement; False when that candidate was already stored."""
+        wid = self.workload_id(m.workload.mod, create=True)
+        tkey = TargetKey.of(m.target)
+        secs = m.run_secs if m.error_kind is None else None
+        values = {
+            "workload_id": wid,
+            "candidate_hash": m.candidate_hash,
+            "trace_json": json.dumps(m.trace_json),
+            "args_info_json": json.dumps(m.args_info_json),
+            "run_secs_json": json.dumps(secs) if secs else None,
+            "mean_sec": statistics.fmean(secs) if secs else None,
+            "std_sec": statistics.pstdev(secs) if secs else None,
+            "target_key": tkey.key,
+            "target_json": tkey.json,
+            "target_kind": tkey.kind,
+            "target_arch": tkey.arch,
+            "device": m.device,
+            "worker": m.worker,
+            "job_id": m.job_id,
+            "error_kind": m.error_kind,
+            "error_msg": (m.error_msg or "")[:2000] or None,
+            "build_sec": m.build_sec,
+        }
+        insert = postgresql.insert if self.storage.dialect == "postgresql" else sqlite.insert
+        stmt = (
+            insert(RecordRow)
+            .values(**values)
+            .on_conflict_do_nothing(index_elements=["workload_id", "target_key", "candidate_hash"])
+            .returning(RecordRow.id)
+        )
+        return self.storage.run(lambda s: s.execute(stmt).scalar()) is not None
+
+    def _to_record(self, row: RecordRow, workload: Workload) -> TuningRecord:
+        return TuningRecord.from_json(
+            [
+                json.loads(row.trace_json),
+                json.loads(row.run_secs_json) if row.run_secs_json else None,
+                json.loads(row.target_json),
+                json.loads(row.args_info_json),
+            ],
+            workload,
+        )
+
+    def get_top_k(self, workload: Workload, top_k: int) -> list[TuningRecord]:
+        if top_k <= 0:
+            return []
+        wid = self.workload_id(workload.mod)
+        if wid is None:
+            return []
+        query = (
+            select(RecordRow)
+            .where(RecordRow.workload_id == wid, RecordRow.mean_sec.is_not(None))
+            .order_by(RecordRow.mean_sec)
+            .limit(top_k)
+        )
+        if self.scope is not None:
+            query = query.where(RecordRow.target_key == self.scope.key)
+        rows = self.storage.run(lambda s: list(s.scalars(query)))
+        return [self._to_record(row, workload) for row in rows]
+
+    def get_all_tuning_records(self) -> list[TuningRecord]:
+        def load(session: Session) -> list[tuple[RecordRow, str]]:
+            return list(
+                session.execute(
+                    select(RecordRow, WorkloadRow.mod_json)
+                    .join(WorkloadRow)
+                    .where(RecordRow.mean_sec.is_not(None))
+                    .order_by(RecordRow.id)
+                ).tuples()
+            )
+
+        out = []
+        for row, mod_json in self.storage.run(load):
+            mod = tvm.ir.load_json(mod_json)
+            out.append(self._to_record(row, self._workload(row.workload_id, mod)))
+        return out
+
+    def __len__(self) -> int:
+        return int(self.storage.run(lambda s: s.scalar(select(func.count(RecordRow.id)))) or 0)
+
+    # ---------------------------------------------------------------- lookups
+    def best(
+        self, mod: IRModule, target: tvm.target.Target
+    ) -> tuple[TuningRecord, str, float] | None:
+        """The best valid record of ``mod`` for ``target``: (record, level, mean seconds).
+
+        Levels, most specific first: ``exact`` (same target), ``arch`` (same kind and
+        architecture), ``kind`` (same target kind). Never across target kinds.
+        """
+        wid = self.workload_id(mod)
+        if wid is None:
+            return None
+        tkey = TargetKey.of(target)
+        base = (
+            select(RecordRow)
+            .where(
+                RecordRow.workload_id == wid,
+                RecordRow.mean_sec.is_not(None),
+                RecordRow.target_kind == tkey.kind,
+            )
+            .order_by(RecordRow.mean_sec)
+            .limit(1)
+        )
+        levels = [
+            ("exact", base.where(RecordRow.target_key == tkey.key)),
+            ("arch", base.where(RecordRow.target_arch == tkey.arch)),
+            ("kind", base),
+        ]
+        for level, query in levels:
+            if level == "arch" and tkey.arch is None:
+                continue
+            row = self.storage.run(lambda s, q=query: s.scalars(q).first())
+            if row is not None:
+                return self._to_record(row, self._workload(wid, mod)), level, row.mean_sec
+        return None
+
+    def query_tuning_record(
+        self, mod: IRModule, target: tvm.target.Target, workload_name: str | None = None
+    ) -> TuningRecord | None:
+        found = self.best(mod, target)
+        return found[0] if found else None
+
+    # ---------------------------------------------------------------- measured set
+    def measured(self, candidate_hash: str, target: tvm.target.Target) -> RecordRow | None:
+        """The stored measurement of a candidate on this exact target, if any."""
+        tkey = TargetKey.of(target)
+        query = (
+            select(RecordRow)
+            .where(RecordRow.candidate_hash == candidate_hash, RecordRow.target_key == tkey.key)
+            .limit(1)
+        )
+        return self.storage.run(lambda s: s.scalars(query).first())
+
+    def count_records(self, mod: IRModule, target: tvm.target.Target) -> int:
+        """How many candidates of ``mod`` were measured (valid or failed) on ``target``."""
+        wid = self.workload_id(mod)
+        if wid is None:
+            return 0
+        tkey = TargetKey.of(target)
+        query = select(func.count(RecordRow.id)).where(
+            RecordRow.workload_id == wid, RecordRow.target_key == tkey.key
+        )
+        return int(self.storage.run(lambda s: s.scalar(query)) or 0)
+
+    # ---------------------------------------------------------------- jobs
+    def start_job(self, **fields: Any) -> int:
+        """Insert a job row; returns its id."""
+
+        def insert(session: Session) -> int:
+            row = JobRow(**fields)
+            session.add(row)
+            session.flush()
+            return row.id
+
+        return self.storage.run(insert)
+
+    def update_job(self, job_id: int, **fields: Any) -> None:
+        """Update fields of a job row."""
+
+        def update(session: Session) -> None:
+            row = session.get(JobRow, job_id)
+            if row is not None:
+                for key, value in fields.items():
+                    setattr(row, key, value)
+
+        self.storage.run(update)
+
+
+def candidate_hash_of_trace(trace: tvm.s_tir.Trace, mod: IRModule) -> str:
+    """The candidate hash (structural hash of the scheduled module) of a trace on ``mod``."""
+    sch = tvm.s_tir.Schedule(mod)
+    trace.apply_to_schedule(sch, remove_postproc=False)
+    return shash_of(sch.mod)
+
+
+def _flops(mod: IRModule) -> float | None:
+    try:
+        return float(tvm.s_tir.analysis.estimate_tir_flops(mod))
+    except Exception:
+        return None

@@ -1,0 +1,71 @@
+"""A real tune on a local Ray into SQLite, resume, and the build that reads the database."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+import tvm_ffi
+from tvm import relax
+
+from database import Storage, TuneFarmDatabase
+from tests.conftest import TINY
+from tuner.compile import apply_database, compile
+from tuner.errors import TuneFarmError
+from tuner.job import TuneConfig, tune
+from tuner.model import load_model
+from tuner.pipeline import extract_tasks, prepare
+from workers.config import MeasureConfig
+
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
+
+
+def test_tune_records_every_trial(tuned_db) -> None:
+    summary = tuned_db.summary
+    (task,) = summary.tasks
+    assert task.name == "fused_matmul_relu"
+    assert task.trials == 8 and summary.trials_measured == 8
+    assert task.best_sec and task.baseline_sec
+    assert task.speedup > 1.0  # tuned beats the untuned default kernel
+    from database.queries import stats
+
+    counts = stats(Storage(tuned_db.url, create=False))
+    assert counts["records"] == 8 and counts["jobs"] == 1 and counts["workloads"] == 1
+
+
+def test_resume_spends_no_trial_twice(tuned_db, llvm_target) -> None:
+    model = load_model(TINY)
+    storage = Storage(tuned_db.url)
+    config = TuneConfig(trials=8, trials_per_iter=8, measure=MeasureConfig(min_repeat_ms=10))
+    again = tune(model.mod, llvm_target, storage, config, model_name="tiny")
+    assert again.trials_before == 8 and again.trials_measured == 0
+    assert (
+        TuneFarmDatabase(storage).count_records(
+            extract_tasks(prepare(model.mod, llvm_target), llvm_target)[0].mod, llvm_target
+        )
+        == 8
+    )
+
+
+def test_build_applies_the_tuned_schedule(tuned_db, llvm_target) -> None:
+    model = load_model(TINY)
+    db = TuneFarmDatabase(Storage(tuned_db.url, create=False))
+    applied = apply_database(model.mod, llvm_target, db)
+    default = prepare(model.mod, llvm_target)
+    name = "fused_matmul_relu"
+    assert applied[name].attrs["tirx.is_scheduled"]
+    assert not tvm_ffi.structural_equal(applied[name], default[name])
+    ex, report = compile(model.mod, llvm_target, db, strict=True)
+    assert report.tuned_share == 1.0 and report.kernels[0].level == "exact"
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((32, 64)).astype("float32")
+    w = rng.standard_normal((64, 32)).astype("float32")
+    out = vm["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(w)).numpy()
+    np.testing.assert_allclose(out, model.numpy_reference(x, w), rtol=1e-4, atol=1e-4)
+
+
+def test_strict_build_fails_without_records(sqlite_url, llvm_target) -> None:
+    model = load_model(TINY)
+    with pytest.raises(TuneFarmError, match="no tuned record: fused_matmul_relu"):
+        compile(model.mod, llvm_target, TuneFarmDatabase(Storage(sqlite_url)), strict=True)

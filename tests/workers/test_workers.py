@@ -1,0 +1,81 @@
+"""Builders and runners: in-process functions and the Ray pool on a real local Ray."""
+
+from __future__ import annotations
+
+import pytest
+import tvm
+from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+from tvm.s_tir.meta_schedule.builder import BuilderInput
+from tvm.s_tir.meta_schedule.runner import RunnerInput
+
+from database import TargetKey
+from tests.conftest import crashing_mod, matmul_mod
+from workers.build import build_artifact
+from workers.config import MeasureConfig
+from workers.measure import measure_artifact
+from workers.results import ErrorKind
+
+FAST = MeasureConfig(number=1, repeat=2, min_repeat_ms=5)
+
+
+def test_build_and_measure_in_process(llvm_target) -> None:
+    mod = matmul_mod()
+    result, data = build_artifact(tvm.ir.save_json(mod), TargetKey.of(llvm_target).json)
+    assert result.ok and data and data[:4] == b"\x7fELF"
+    args = [a.as_json() for a in ArgInfo.from_prim_func(mod["main"])]
+    run = measure_artifact(data, args, "cpu", FAST)
+    assert run.ok and len(run.run_secs) == 2 and all(s > 0 for s in run.run_secs)
+    assert "cores" in run.device
+
+
+def test_build_errors_are_values(llvm_target) -> None:
+    result, data = build_artifact("{not json", TargetKey.of(llvm_target).json)
+    assert data is None and result.error_kind is ErrorKind.BUILD_ERROR
+    assert ErrorKind.parse(result.error_msg) is ErrorKind.BUILD_ERROR
+    run = measure_artifact(b"garbage", [], "cpu", FAST)
+    assert run.error_kind is ErrorKind.RUN_ERROR
+
+
+def test_measure_config_is_validated() -> None:
+    with pytest.raises(ValueError, match="repeat"):
+        MeasureConfig(repeat=0)
+    with pytest.raises(ValueError, match="build_timeout_s"):
+        MeasureConfig(build_timeout_s=0)
+
+
+@pytest.mark.ray
+def test_ray_builder_and_runner(llvm_target) -> None:
+    import ray
+
+    from workers.ray_pool import Ledger, RayBuilder, RayConnection, RayRunner
+
+    mod = matmul_mod()
+    crash = crashing_mod()
+    with RayConnection(num_cpus=2) as conn:
+        assert conn.started and ray.is_initialized()
+        ledger = Ledger()
+        builder = RayBuilder(ledger, FAST)
+        runner = RayRunner(ledger, FAST)
+        built = builder.build([BuilderInput(mod, llvm_target), BuilderInput(crash, llvm_target)])
+        assert [b.error_msg for b in built] == [None, None]
+        args = ArgInfo.from_prim_func(mod["main"])
+        crash_args = ArgInfo.from_prim_func(crash["main"])
+        futures = runner.run(
+            [
+                RunnerInput(built[0].artifact_path, "cpu", args),
+                RunnerInput(built[1].artifact_path, "cpu", crash_args),
+            ]
+        )
+        ok, dead = (f.result() for f in futures)
+        assert ok.error_msg is None and len(ok.run_secs) == 2
+        # the crashing kernel took its runner process down: an error value, not an exception
+        assert ErrorKind.parse(dead.error_msg) is ErrorKind.WORKER_DIED
+        entry = ledger.get(built[0].artifact_path)
+        assert entry.artifact is None  # released from the object store after the run
+        assert entry.run.device and entry.build.worker
+        # the runner comes back for the next candidate
+        again = builder.build([BuilderInput(mod, llvm_target)])
+        res = runner.run([RunnerInput(again[0].artifact_path, "cpu", args)])[0].result()
+        assert res.error_msg is None
+        runner.shutdown()
+    assert not ray.is_initialized()

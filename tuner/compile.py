@@ -1,0 +1,179 @@
+"""Build a Relax module with the schedule database applied at build time.
+
+``compile(mod, target, db=...)`` is the Python API a team can call inside its own pipeline;
+``tunefarm build`` is a thin wrapper around it. The database pass wraps MetaSchedule's
+``MetaScheduleApplyDatabase`` and reports, per kernel, whether a tuned record was used and at
+which lookup level (exact target, same architecture, same target kind).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm
+from tvm import relax
+
+from database import Storage, TuneFarmDatabase
+from tuner.errors import TuneFarmError
+from tuner.fastimport import preload_tensor_intrin
+from tuner.pipeline import backend_passes, normalize, prepare_passes, symbolic_vars_of
+
+
+@dataclass(frozen=True)
+class KernelReport:
+    """Where one kernel's schedule came from."""
+
+    name: str
+    calls: int
+    source: str  # "tuned" or "untuned"
+    level: str | None  # lookup level of the tuned record
+    mean_sec: float | None  # the record's measured latency
+    symbolic: bool = False
+
+
+@dataclass(frozen=True)
+class BuildReport:
+    """Which kernels (weighted by call count) came from tuned records."""
+
+    kernels: tuple[KernelReport, ...]
+
+    @property
+    def tuned_calls(self) -> int:
+        return sum(k.calls for k in self.kernels if k.source == "tuned")
+
+    @property
+    def total_calls(self) -> int:
+        return sum(k.calls for k in self.kernels)
+
+    @property
+    def tuned_share(self) -> float:
+        return self.tuned_calls / self.total_calls if self.total_calls else 0.0
+
+    @property
+    def untuned(self) -> list[str]:
+        return [k.name for k in self.kernels if k.source != "tuned"]
+
+
+def _call_counts(mod: tvm.IRModule) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+
+    def visit(expr: relax.Expr) -> None:
+        if isinstance(expr, relax.Call) and expr.op.same_as(call_tir):
+            gv = expr.args[0]
+            counts[gv.name_hint] = counts.get(gv.name_hint, 0) + 1
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return counts
+
+
+def inspect_kernels(
+    prepared: tvm.IRModule, target: tvm.target.Target, db: TuneFarmDatabase | None
+) -> BuildReport:
+    """Look every PrimFunc of a prepared module up in ``db`` the way the build will."""
+    counts = _call_counts(prepared)
+    kernels = []
+    for gv, func in prepared.functions.items():
+        if not isinstance(func, tvm.tirx.PrimFunc):
+            continue
+        name = gv.name_hint
+        found = db.best(normalize(func), target) if db is not None else None
+        kernels.append(
+            KernelReport(
+                name=name,
+                calls=counts.get(name, 1),
+                source="tuned" if found else "untuned",
+                level=found[1] if found else None,
+                mean_sec=found[2] if found else None,
+                symbolic=bool(symbolic_vars_of(func)),
+            )
+        )
+    kernels.sort(key=lambda k: k.name)
+    return BuildReport(tuple(kernels))
+
+
+def _prepare_and_apply(
+    mod: tvm.IRModule, target: tvm.target.Target, db: TuneFarmDatabase | None
+) -> tvm.IRModule:
+    mod = tvm.transform.Sequential(prepare_passes(target))(mod)
+    if db is not None:
+        mod = relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
+    return mod
+
+
+def apply_database(
+    mod: tvm.IRModule, target: tvm.target.Target, db: TuneFarmDatabase
+) -> tvm.IRModule:
+    """The prepared module with tuned schedules applied (before lowering), for inspection."""
+    preload_tensor_intrin()
+    with target, db, tvm.transform.PassContext(opt_level=3):
+        return _prepare_and_apply(mod, target, db)
+
+
+def compile(
+    mod: tvm.IRModule,
+    target: tvm.target.Target,
+    db: TuneFarmDatabase | Storage | str | None = None,
+    *,
+    strict: bool = False,
+) -> tuple[relax.VMExecutable, BuildReport]:
+    """Compile ``mod`` for ``target``, applying the best schedules from ``db``.
+
+    ``db`` may be a database, a storage or a URL; ``None`` builds the untuned default.
+    With ``strict``, a kernel without a tuned record is an error.
+    """
+    if isinstance(db, str):
+        db = Storage(db, create=False)
+    if isinstance(db, Storage):
+        db = TuneFarmDatabase(db)
+    with target, tvm.transform.PassContext(opt_level=3):
+        prepared = tvm.transform.Sequential(prepare_passes(target))(mod)
+    report = inspect_kernels(prepared, target, db)
+    if strict and report.untuned:
+        raise TuneFarmError(
+            f"--strict: {len(report.untuned)} kernel(s) have no tuned record: "
+            + ", ".join(report.untuned)
+        )
+    if db is not None:
+        preload_tensor_intrin()  # traces may use tensor intrinsics
+    is_gpu = relax.pipeline.BackendDispatcher.is_gpu_target(target)
+
+    @tvm.transform.module_pass(opt_level=3)
+    def pipeline(m: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        m = _prepare_and_apply(m, target, db)
+        if is_gpu:
+            from tvm.s_tir import dlight as dl
+
+            m = dl.ApplyDefaultSchedule(
+                dl.gpu.Matmul(),
+                dl.gpu.GEMV(),
+                dl.gpu.Reduction(),
+                dl.gpu.GeneralReduction(),
+                dl.gpu.Fallback(),
+            )(m)
+        lower = backend_passes(target, "dataflow_lower_passes")
+        finalize = backend_passes(target, "finalize_passes")
+        return tvm.transform.Sequential([*lower, *finalize])(m)
+
+    if db is not None:
+        with target, db, tvm.transform.PassContext(opt_level=3):
+            ex = relax.build(mod, target=target, relax_pipeline=pipeline)
+    else:
+        with target, tvm.transform.PassContext(opt_level=3):
+            ex = relax.build(mod, target=target, relax_pipeline=pipeline)
+    return ex, report
+
+
+def scheduled_functions(ex_mod: tvm.IRModule) -> list[str]:
+    """Names of PrimFuncs marked as scheduled (``tirx.is_scheduled``) in a module."""
+    out = []
+    for gv, func in ex_mod.functions.items():
+        if (
+            isinstance(func, tvm.tirx.PrimFunc)
+            and func.attrs
+            and func.attrs.get("tirx.is_scheduled", False)
+        ):
+            out.append(gv.name_hint)
+    return out

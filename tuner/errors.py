@@ -1,0 +1,5 @@
+"""User-facing errors: always one line, never a traceback."""
+
+
+class TuneFarmError(Exception):
+    """Bad input or an unusable environment, with a message the user can act on."""

@@ -1,0 +1,338 @@
+"""A tuning job: extract tasks, search with MetaSchedule on Ray workers, record into SQL."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import logging
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import tvm
+from rich.console import Console
+from tvm.ir.utils import derived_object
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.builder import BuilderInput
+from tvm.s_tir.meta_schedule.database import TuningRecord
+from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+from tvm.s_tir.meta_schedule.runner import RunnerInput
+
+from database import Measurement, Storage, TuneFarmDatabase
+from database.models import utcnow
+from tuner.errors import TuneFarmError
+from tuner.fastimport import preload_tensor_intrin
+from tuner.pipeline import Task, extract_tasks, prepare
+from tuner.progress import ProgressView, TaskState
+from tuner.targets import device_kind
+from workers.config import MeasureConfig
+from workers.ray_pool import Ledger, RayBuilder, RayConnection, RayRunner
+from workers.results import ErrorKind
+
+log = logging.getLogger("tunefarm.job")
+
+
+@dataclass(frozen=True)
+class TuneConfig:
+    """What a tuning job does; validated at construction."""
+
+    trials: int
+    trials_per_iter: int = 64
+    seed: int | None = None
+    job_name: str | None = None
+    measure: MeasureConfig = field(default_factory=MeasureConfig)
+
+    def __post_init__(self) -> None:
+        if self.trials < 1:
+            raise TuneFarmError(f"--trials must be at least 1 (got {self.trials})")
+        if self.trials_per_iter < 1:
+            raise TuneFarmError(
+                f"trials per iteration must be at least 1 (got {self.trials_per_iter})"
+            )
+
+
+@dataclass(frozen=True)
+class TaskSummary:
+    """End-of-job figures for one task."""
+
+    name: str
+    weight: int
+    trials: int
+    failed: int
+    best_sec: float | None
+    baseline_sec: float | None
+    flops: float | None
+
+    @property
+    def gflops(self) -> float | None:
+        return self.flops / self.best_sec / 1e9 if self.flops and self.best_sec else None
+
+    @property
+    def speedup(self) -> float | None:
+        if self.best_sec and self.baseline_sec:
+            return self.baseline_sec / self.best_sec
+        return None
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """End-of-job figures."""
+
+    job_id: int
+    job_name: str
+    tasks: list[TaskSummary]
+    trials_budget: int
+    trials_before: int
+    trials_measured: int
+    resumed_hits: int
+    wall_sec: float
+    skipped: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        for t, d in zip(self.tasks, out["tasks"], strict=True):
+            d["gflops"], d["speedup"] = t.gflops, t.speedup
+        return out
+
+
+@derived_object
+class JobRecorder(PyMeasureCallback):
+    """Commits every measured candidate with its provenance and updates the live view."""
+
+    def __init__(
+        self,
+        db: TuneFarmDatabase,
+        ledger: Ledger,
+        tasks: list[Task],
+        target: tvm.target.Target,
+        job_id: int,
+        states: list[TaskState],
+        view: ProgressView,
+    ) -> None:
+        super().__init__()
+        self.db, self.ledger, self.tasks, self.target = db, ledger, tasks, target
+        self.job_id, self.states, self.view = job_id, states, view
+        self.measured = 0
+        self.resumed = 0
+
+    def apply(
+        self,
+        task_scheduler: Any,
+        task_id: int,
+        measure_candidates: list[Any],
+        builder_results: list[Any],
+        runner_results: list[Any],
+    ) -> None:
+        workload = self.db.commit_workload(self.tasks[task_id].mod)
+        state = self.states[task_id]
+        for cand, b_res, r_res in zip(
+            measure_candidates, builder_results, runner_results, strict=True
+        ):
+            entry = self.ledger.pop(b_res.artifact_path)
+            secs = [float(s) for s in r_res.run_secs] if r_res.run_secs else None
+            state.trials += 1
+            if r_res.error_msg is None and secs:
+                mean = sum(secs) / len(secs)
+                state.best_sec = mean if state.best_sec is None else min(state.best_sec, mean)
+            else:
+                state.failed += 1
+            if entry is None or entry.cached:
+                self.resumed += 1
+                continue
+            self.measured += 1
+            kind = ErrorKind.parse(b_res.error_msg or r_res.error_msg)
+            trace, _, _, args_info = TuningRecord(
+                cand.sch.trace, workload, None, self.target, cand.args_info
+            ).as_json()
+            run, build = entry.run, entry.build
+            self.db.add(
+                Measurement(
+                    workload=workload,
+                    candidate_hash=entry.candidate_hash,
+                    trace_json=trace,
+                    args_info_json=args_info,
+                    run_secs=secs if kind is None else None,
+                    target=self.target,
+                    error_kind=kind.value if kind else None,
+                    error_msg=b_res.error_msg or r_res.error_msg,
+                    device=run.device if run else None,
+                    worker=(run.worker if run else None) or (build.worker if build else None),
+                    job_id=self.job_id,
+                    build_sec=build.build_sec if build else None,
+                )
+            )
+        self.db.update_job(self.job_id, trials_done=self.measured + self.resumed)
+        self.view.advance(len(measure_candidates))
+
+
+def _quiet_logger(name: str) -> logging.Logger:
+    logger = logging.getLogger(f"tunefarm.ms.{name}")
+    logger.setLevel(logging.WARNING)
+    logger.propagate = False
+    if not logger.handlers:
+        logger.addHandler(logging.NullHandler())
+    return logger
+
+
+def measure_baselines(
+    tasks: list[Task], target: tvm.target.Target, builder: RayBuilder, runner: RayRunner
+) -> list[float | None]:
+    """Latency of each task's untuned default build, measured by the same workers."""
+    results = builder.build([BuilderInput(t.mod, target) for t in tasks])
+    inputs = []
+    for task, res in zip(tasks, results, strict=True):
+        args = ms.arg_info.ArgInfo.from_prim_func(task.mod["main"])
+        inputs.append(RunnerInput(res.artifact_path, device_kind(target), args))
+    out: list[float | None] = []
+    for res, fut in zip(results, runner.run(inputs), strict=True):
+        r = fut.result()
+        builder.ledger.pop(res.artifact_path)
+        secs = [float(s) for s in r.run_secs] if r.run_secs else None
+        out.append(sum(secs) / len(secs) if secs and r.error_msg is None else None)
+    return out
+
+
+def tune(
+    mod: tvm.IRModule,
+    target: tvm.target.Target,
+    storage: Storage,
+    config: TuneConfig,
+    *,
+    address: str | None = None,
+    model_name: str | None = None,
+    console: Console | None = None,
+) -> JobSummary:
+    """Tune every static task of ``mod`` for ``target`` into ``storage``; resumable."""
+    start = time.perf_counter()
+    prepared = prepare(mod, target)
+    all_tasks = extract_tasks(prepared, target)
+    tasks = [t for t in all_tasks if not t.is_symbolic]
+    skipped = [
+        f"{t.name} (symbolic: {', '.join(t.symbolic_vars)})" for t in all_tasks if t.is_symbolic
+    ]
+    if not tasks:
+        raise TuneFarmError("the model has no static task to tune")
+    db = TuneFarmDatabase(storage, target)
+    before = [db.count_records(t.mod, target) for t in tasks]
+    trials_before = sum(before)
+    remaining = config.trials - trials_before
+    job_name = config.job_name or f"{model_name or 'model'}-{time.strftime('%Y%m%d-%H%M%S')}"
+    job_id = db.start_job(
+        name=job_name,
+        model=model_name,
+        target_json=json.dumps(target.export(), default=list),
+        budget=config.trials,
+        trials_done=trials_before,
+        submitted_by=_user(),
+        config_json=json.dumps({"trials": config.trials, "measure": config.measure.to_dict()}),
+    )
+    states = [TaskState(name=t.name, flops=t.flops) for t in tasks]
+    ledger = Ledger()
+    try:
+        with RayConnection(address) as _ray:
+            builder = RayBuilder(ledger, config.measure, db)
+            runner = RayRunner(ledger, config.measure, device_kind(target))
+            try:
+                for state, base in zip(
+                    states, measure_baselines(tasks, target, builder, runner), strict=True
+                ):
+                    state.baseline_sec = base
+                view = ProgressView(states, max(remaining, 0), console)
+                recorder = JobRecorder(db, ledger, tasks, target, job_id, states, view)
+                if remaining > 0:
+                    with view:
+                        _search(tasks, target, db, builder, runner, recorder, config, remaining)
+            finally:
+                runner.shutdown()
+    except BaseException as err:
+        db.update_job(job_id, status="failed", finished_at=utcnow(), error=str(err)[:2000])
+        raise
+    summaries = []
+    for task, state in zip(tasks, states, strict=True):
+        found = db.best(task.mod, target)
+        trials = db.count_records(task.mod, target)
+        summaries.append(
+            TaskSummary(
+                name=task.name,
+                weight=task.weight,
+                trials=trials,
+                failed=state.failed,
+                best_sec=found[2] if found and found[1] == "exact" else None,
+                baseline_sec=state.baseline_sec,
+                flops=task.flops,
+            )
+        )
+    db.update_job(
+        job_id,
+        status="done",
+        finished_at=utcnow(),
+        trials_done=trials_before + recorder.measured + recorder.resumed,
+    )
+    return JobSummary(
+        job_id=job_id,
+        job_name=job_name,
+        tasks=summaries,
+        trials_budget=config.trials,
+        trials_before=trials_before,
+        trials_measured=recorder.measured,
+        resumed_hits=recorder.resumed,
+        wall_sec=time.perf_counter() - start,
+        skipped=skipped,
+    )
+
+
+def _search(
+    tasks: list[Task],
+    target: tvm.target.Target,
+    db: TuneFarmDatabase,
+    builder: RayBuilder,
+    runner: RayRunner,
+    recorder: JobRecorder,
+    config: TuneConfig,
+    remaining: int,
+) -> None:
+    preload_tensor_intrin()
+    threads = os.cpu_count() or 1
+    seed = config.seed if config.seed is not None else -1
+    contexts = [
+        ms.TuneContext(
+            mod=t.mod,
+            target=target,
+            space_generator="post-order-apply",
+            search_strategy="evolutionary",
+            task_name=t.name,
+            rand_state=seed if seed < 0 else seed + i,
+            num_threads=threads,
+            logger=_quiet_logger(t.name),
+        ).clone()
+        for i, t in enumerate(tasks)
+    ]
+    with tempfile.TemporaryDirectory(prefix="tunefarm-") as work_dir:
+        ms.tune.tune_tasks(
+            tasks=contexts,
+            task_weights=[float(t.weight) for t in tasks],
+            work_dir=work_dir,
+            max_trials_global=remaining,
+            num_trials_per_iter=trials_per_round(config.trials_per_iter, remaining, len(tasks)),
+            builder=builder,
+            runner=runner,
+            database=db,
+            cost_model=ms.CostModel.create("xgb", num_tuning_cores=threads),
+            measure_callbacks=[recorder, ms.measure_callback.UpdateCostModel()],
+            task_scheduler=ms.TaskScheduler.create("gradient"),
+        )
+
+
+def trials_per_round(cap: int, remaining: int, n_tasks: int) -> int:
+    """Candidates per search round: at most ``cap``, small enough that every task gets about
+    two rounds of the budget (the gradient scheduler starts with one round per task)."""
+    return max(1, min(cap, remaining // (2 * n_tasks) or 1))
+
+
+def _user() -> str | None:
+    try:
+        return getpass.getuser()
+    except Exception:
+        return os.environ.get("USER")

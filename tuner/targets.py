@@ -1,0 +1,74 @@
+"""Target presets (``llvm``, ``cuda``, ``arm64``) and parsing of target JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import tvm
+
+from tuner.errors import TuneFarmError
+
+PRESETS = ("llvm", "cuda", "arm64")
+
+
+def host_cpu() -> str:
+    """LLVM's name for this machine's CPU (e.g. ``znver3``), so kernels use AVX2/FMA."""
+    from tvm.target import codegen
+
+    return str(codegen.llvm_get_system_cpu())
+
+
+def detect_cuda_arch() -> str | None:
+    """``sm_XY`` of GPU 0, or None without a GPU."""
+    dev = tvm.cuda(0)
+    if not dev.exist:
+        return None
+    return "sm_" + dev.compute_version.replace(".", "")
+
+
+def preset(name: str, arch: str | None = None) -> dict:
+    """The target dict of a preset."""
+    cores = os.cpu_count() or 1
+    if name == "llvm":
+        return {"kind": "llvm", "mcpu": arch or host_cpu(), "num-cores": cores}
+    if name == "cuda":
+        arch = arch or detect_cuda_arch()
+        if arch is None:
+            raise TuneFarmError("no CUDA GPU detected; name its architecture with --arch sm_XY")
+        return {
+            "kind": "cuda",
+            "arch": arch,
+            "host": {"kind": "llvm", "mcpu": host_cpu(), "num-cores": cores},
+        }
+    if name == "arm64":
+        return {
+            "kind": "llvm",
+            "mtriple": "aarch64-linux-gnu",
+            "mattr": ["+neon"],
+            "mcpu": arch or "generic",
+            "num-cores": 4,
+        }
+    raise TuneFarmError(f"unknown target preset {name!r}; valid: {', '.join(PRESETS)} or JSON")
+
+
+def resolve_target(spec: str, arch: str | None = None) -> tvm.target.Target:
+    """A preset name or a TVM target dict as JSON → ``tvm.target.Target``."""
+    spec = spec.strip()
+    if spec.startswith("{"):
+        try:
+            config = json.loads(spec)
+        except json.JSONDecodeError as err:
+            raise TuneFarmError(f"target is not valid JSON: {err}") from None
+    else:
+        config = preset(spec, arch)
+    try:
+        return tvm.target.Target(config)
+    except Exception as err:
+        first = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        raise TuneFarmError(f"invalid target {spec}: {first}") from None
+
+
+def device_kind(target: tvm.target.Target) -> str:
+    """The runtime device a target's kernels run on (``cpu`` or ``cuda``)."""
+    return "cuda" if target.kind.name == "cuda" else "cpu"

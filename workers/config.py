@@ -1,0 +1,38 @@
+"""Measurement and worker configuration, validated at construction."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class MeasureConfig:
+    """How candidates are built and timed; stored with each job.
+
+    ``number`` runs make one repeat (averaged), ``repeat`` repeats are reported,
+    ``min_repeat_ms`` grows ``number`` for short kernels, ``cooldown_ms`` sleeps between
+    candidates, ``cache_flush`` flushes the CPU cache before each run.
+    """
+
+    number: int = 3
+    repeat: int = 3
+    min_repeat_ms: int = 50
+    cooldown_ms: int = 0
+    cache_flush: bool = False
+    build_timeout_s: float = 120.0
+    run_timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        for name in ("number", "repeat"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"MeasureConfig.{name} must be >= 1")
+        for name in ("min_repeat_ms", "cooldown_ms"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"MeasureConfig.{name} must be >= 0")
+        for name in ("build_timeout_s", "run_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"MeasureConfig.{name} must be > 0")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

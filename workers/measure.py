@@ -1,0 +1,76 @@
+"""Time one built candidate on a local device."""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+import tvm
+
+from workers.config import MeasureConfig
+from workers.fingerprint import device_fingerprint
+from workers.results import ErrorKind, RunResult
+
+
+def _alloc(args_info: list[Any], dev: tvm.runtime.Device, rng: np.random.Generator) -> list:
+    args = []
+    for info in args_info:
+        kind, dtype, shape = info[0], info[1], [int(x) for x in info[2]]
+        if kind != "TENSOR":
+            raise ValueError(f"unsupported argument kind {kind!r}")
+        if dtype.startswith("float") or dtype.startswith("bfloat"):
+            host = rng.uniform(-1.0, 1.0, size=shape).astype(dtype)
+        else:
+            host = rng.integers(0, 8, size=shape).astype(dtype)
+        args.append(tvm.runtime.tensor(host, device=dev))
+    return args
+
+
+def measure_artifact(
+    artifact: bytes,
+    args_info: list[Any],
+    device_kind: str,
+    config: MeasureConfig,
+) -> RunResult:
+    """Load ``artifact`` (a ``.so``), run its entry on random inputs and return run seconds."""
+    device = device_fingerprint(device_kind)
+    worker = f"{os.uname().nodename}:{os.getpid()}"
+    try:
+        dev = tvm.device(device_kind, 0)
+        with tempfile.TemporaryDirectory(prefix="tunefarm-run-") as tmp:
+            path = os.path.join(tmp, "candidate.so")
+            with open(path, "wb") as f:
+                f.write(artifact)
+            rt_mod = tvm.runtime.load_module(path)
+            args = _alloc(args_info, dev, np.random.default_rng(0))
+            evaluator = rt_mod.time_evaluator(
+                rt_mod.entry_name,
+                dev,
+                number=config.number,
+                repeat=config.repeat,
+                min_repeat_ms=config.min_repeat_ms,
+                f_preproc="cache_flush_cpu_non_first_arg" if config.cache_flush else "",
+            )
+            dev.sync()
+            secs = tuple(float(s) for s in evaluator(*args).results)
+            if config.cooldown_ms:
+                time.sleep(config.cooldown_ms / 1000)
+    except Exception as err:
+        return RunResult(
+            error_kind=ErrorKind.RUN_ERROR,
+            error_msg=ErrorKind.RUN_ERROR.message(f"{type(err).__name__}: {err}"),
+            device=device,
+            worker=worker,
+        )
+    if not secs or any(not math.isfinite(s) or s <= 0 for s in secs):
+        return RunResult(
+            error_kind=ErrorKind.INVALID_RESULT,
+            error_msg=ErrorKind.INVALID_RESULT.message(f"bad run times {secs}"),
+            device=device,
+            worker=worker,
+        )
+    return RunResult(run_secs=secs, device=device, worker=worker)

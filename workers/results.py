@@ -1,0 +1,62 @@
+"""Results of workers as values: every failure is an error kind plus a short message."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class ErrorKind(str, enum.Enum):
+    """Why a candidate produced no valid measurement."""
+
+    BUILD_ERROR = "build_error"
+    BUILD_TIMEOUT = "build_timeout"
+    RUN_ERROR = "run_error"
+    RUN_TIMEOUT = "run_timeout"
+    WORKER_DIED = "worker_died"
+    INVALID_RESULT = "invalid_result"
+
+    def message(self, detail: str) -> str:
+        """The MetaSchedule-facing error string: ``kind: first line of detail``."""
+        first = detail.strip().splitlines()[0] if detail.strip() else ""
+        return f"{self.value}: {first[:500]}"
+
+    @staticmethod
+    def parse(error_msg: str | None) -> ErrorKind | None:
+        """Recover the kind from a message made by :meth:`message` (unknown → RUN_ERROR)."""
+        if not error_msg:
+            return None
+        head = error_msg.split(":", 1)[0].strip()
+        try:
+            return ErrorKind(head)
+        except ValueError:
+            return ErrorKind.RUN_ERROR
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """What a builder reports for one candidate (the artifact travels separately)."""
+
+    error_kind: ErrorKind | None = None
+    error_msg: str | None = None
+    build_sec: float = 0.0
+    worker: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error_kind is None
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What a runner reports for one candidate."""
+
+    run_secs: tuple[float, ...] | None = None
+    error_kind: ErrorKind | None = None
+    error_msg: str | None = None
+    device: str | None = None
+    worker: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error_kind is None

@@ -12,6 +12,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from database import DatabaseError, Storage, TuneFarmDatabase, default_url
@@ -84,10 +85,15 @@ def tune(
     seed: Annotated[int | None, typer.Option(help="Random seed of the search.")] = None,
     per_iter: Annotated[int, typer.Option(help="Candidates measured per search round.")] = 64,
     min_repeat_ms: Annotated[int, typer.Option(help="Minimum time of one timed repeat.")] = 50,
+    shape: Annotated[
+        list[str] | None,
+        typer.Option("--shape", help="Buckets of a symbolic dim: VAR=V1,V2,... (repeatable)."),
+    ] = None,
     entry: EntryOpt = "Module",
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Tune MODEL's kernels on Ray workers and store the best schedules in the database."""
+    from tuner.buckets import choose_buckets, parse_shape_options
     from tuner.job import TuneConfig
     from tuner.job import tune as run_tune
     from tuner.model import load_model
@@ -103,6 +109,7 @@ def tune(
     )
     tgt = resolve_target(target, arch)
     loaded = load_model(model, entry)
+    buckets = choose_buckets(loaded.mod, parse_shape_options(shape or []), loaded.shape_vars)
     storage = _storage(db)
     summary = run_tune(
         loaded.mod,
@@ -112,6 +119,7 @@ def tune(
         address=address,
         model_name=model.stem,
         console=None if as_json else console,
+        buckets=buckets,
     )
     if as_json:
         print(json.dumps(summary.to_dict(), indent=2))
@@ -121,7 +129,7 @@ def tune(
         table.add_column(col, justify="left" if col == "task" else "right", overflow="fold")
     for t in summary.tasks:
         table.add_row(
-            t.name,
+            escape(t.name),
             str(t.weight),
             str(t.trials),
             fmt_sec(t.best_sec),

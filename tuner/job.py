@@ -20,8 +20,9 @@ from tvm.s_tir.meta_schedule.database import TuningRecord
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 from tvm.s_tir.meta_schedule.runner import RunnerInput
 
-from database import Measurement, Storage, TuneFarmDatabase
+from database import Measurement, Storage, TuneFarmDatabase, shash_of
 from database.models import utcnow
+from tuner.buckets import bucket_tasks, choose_buckets, symbolic_vars
 from tuner.errors import TuneFarmError
 from tuner.fastimport import preload_tensor_intrin
 from tuner.pipeline import Task, extract_tasks, prepare
@@ -177,20 +178,50 @@ def _quiet_logger(name: str) -> logging.Logger:
 
 
 def measure_baselines(
-    tasks: list[Task], target: tvm.target.Target, builder: RayBuilder, runner: RayRunner
+    tasks: list[Task],
+    target: tvm.target.Target,
+    builder: RayBuilder,
+    runner: RayRunner,
+    db: TuneFarmDatabase | None = None,
+    job_id: int | None = None,
 ) -> list[float | None]:
-    """Latency of each task's untuned default build, measured by the same workers."""
+    """Latency of each task's untuned default build, measured by the same workers.
+
+    With ``db``, each default schedule is also recorded as a candidate (an empty trace).
+    """
     results = builder.build([BuilderInput(t.mod, target) for t in tasks])
     inputs = []
     for task, res in zip(tasks, results, strict=True):
         args = ms.arg_info.ArgInfo.from_prim_func(task.mod["main"])
         inputs.append(RunnerInput(res.artifact_path, device_kind(target), args))
     out: list[float | None] = []
-    for res, fut in zip(results, runner.run(inputs), strict=True):
+    for task, res, inp, fut in zip(tasks, results, inputs, runner.run(inputs), strict=True):
         r = fut.result()
-        builder.ledger.pop(res.artifact_path)
+        entry = builder.ledger.pop(res.artifact_path)
         secs = [float(s) for s in r.run_secs] if r.run_secs else None
-        out.append(sum(secs) / len(secs) if secs and r.error_msg is None else None)
+        ok = bool(secs) and r.error_msg is None
+        out.append(sum(secs) / len(secs) if ok else None)
+        if ok and db is not None and entry is not None and not entry.cached:
+            # The default schedule is a candidate too: with it recorded, the best record of a
+            # task is never slower than the untuned build.
+            workload = db.commit_workload(task.mod)
+            trace, _, _, args_info = TuningRecord(
+                tvm.s_tir.Schedule(task.mod).trace, workload, None, target, inp.args_info
+            ).as_json()
+            db.add(
+                Measurement(
+                    workload=workload,
+                    candidate_hash=entry.candidate_hash,
+                    trace_json=trace,
+                    args_info_json=args_info,
+                    run_secs=secs,
+                    target=target,
+                    device=entry.run.device if entry.run else None,
+                    worker=entry.run.worker if entry.run else None,
+                    job_id=job_id,
+                    build_sec=entry.build.build_sec if entry.build else None,
+                )
+            )
     return out
 
 
@@ -203,21 +234,33 @@ def tune(
     address: str | None = None,
     model_name: str | None = None,
     console: Console | None = None,
+    buckets: dict[str, list[int]] | None = None,
 ) -> JobSummary:
-    """Tune every static task of ``mod`` for ``target`` into ``storage``; resumable."""
+    """Tune the tasks of ``mod`` for ``target`` into ``storage``; resumable.
+
+    A model with symbolic dims is tuned at every combination of ``buckets`` (see
+    :mod:`tuner.buckets`): one static task per distinct kernel, its bucket recorded with it.
+    """
     start = time.perf_counter()
-    prepared = prepare(mod, target)
-    all_tasks = extract_tasks(prepared, target)
-    tasks = [t for t in all_tasks if not t.is_symbolic]
-    skipped = [
-        f"{t.name} (symbolic: {', '.join(t.symbolic_vars)})" for t in all_tasks if t.is_symbolic
-    ]
-    if not tasks:
-        raise TuneFarmError("the model has no static task to tune")
     db = TuneFarmDatabase(storage, target)
-    before = [db.count_records(t.mod, target) for t in tasks]
-    trials_before = sum(before)
-    remaining = config.trials - trials_before
+    all_tasks = extract_tasks(prepare(mod, target), target)
+    skipped: list[str] = []
+    if symbolic_vars(mod):
+        families = {t.name: shash_of(t.mod) for t in all_tasks}
+        tasks = []
+        for bt in bucket_tasks(mod, target, choose_buckets(mod, buckets)):
+            base = bt.task.name.split("[", 1)[0]
+            family = (families[base], bt.bucket) if base in families else None
+            db.workload_id(bt.task.mod, create=True, task_name=base, family=family)
+            tasks.append(bt.task)
+    else:
+        tasks = [t for t in all_tasks if not t.is_symbolic]
+        skipped = [
+            f"{t.name} (symbolic: {', '.join(t.symbolic_vars)})" for t in all_tasks if t.is_symbolic
+        ]
+    if not tasks:
+        raise TuneFarmError("the model has no task to tune")
+    trials_before = sum(db.count_records(t.mod, target) for t in tasks)
     job_name = config.job_name or f"{model_name or 'model'}-{time.strftime('%Y%m%d-%H%M%S')}"
     job_id = db.start_job(
         name=job_name,
@@ -236,9 +279,13 @@ def tune(
             runner = RayRunner(ledger, config.measure, device_kind(target))
             try:
                 for state, base in zip(
-                    states, measure_baselines(tasks, target, builder, runner), strict=True
+                    states,
+                    measure_baselines(tasks, target, builder, runner, db, job_id),
+                    strict=True,
                 ):
                     state.baseline_sec = base
+                # the default schedules just recorded are trials of this job too
+                remaining = config.trials - sum(db.count_records(t.mod, target) for t in tasks)
                 view = ProgressView(states, max(remaining, 0), console)
                 recorder = JobRecorder(db, ledger, tasks, target, job_id, states, view)
                 if remaining > 0:
@@ -268,7 +315,7 @@ def tune(
         job_id,
         status="done",
         finished_at=utcnow(),
-        trials_done=trials_before + recorder.measured + recorder.resumed,
+        trials_done=sum(t.trials for t in summaries),
     )
     return JobSummary(
         job_id=job_id,
@@ -276,7 +323,7 @@ def tune(
         tasks=summaries,
         trials_budget=config.trials,
         trials_before=trials_before,
-        trials_measured=recorder.measured,
+        trials_measured=sum(t.trials for t in summaries) - trials_before,
         resumed_hits=recorder.resumed,
         wall_sec=time.perf_counter() - start,
         skipped=skipped,

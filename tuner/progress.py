@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from rich.console import Console, Group
 from rich.live import Live
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -84,7 +85,7 @@ class ProgressView:
         for t in self.tasks:
             gf = t.gflops
             table.add_row(
-                t.name,
+                escape(t.name),
                 str(t.trials),
                 str(t.failed),
                 fmt_sec(t.best_sec),

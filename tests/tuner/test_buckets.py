@@ -1,0 +1,53 @@
+"""Shape buckets: option parsing, precedence, and per-bucket static tasks with dedup."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import DATA
+from tuner.buckets import bucket_tasks, choose_buckets, parse_shape_options, symbolic_vars
+from tuner.errors import TuneFarmError
+from tuner.model import load_model
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_parse_shape_options() -> None:
+    assert parse_shape_options(["b=8,1,8", "s=16"]) == {"b": [1, 8], "s": [16]}
+    for bad in ("b", "b=", "b=x", "b=0", "=3"):
+        with pytest.raises(TuneFarmError, match="--shape"):
+            parse_shape_options([bad])
+
+
+def test_bucket_precedence() -> None:
+    mod = load_model(DATA / "two_vars.py").mod
+    assert symbolic_vars(mod) == ["b", "s"]
+    # upper bounds give powers of two up to the bound
+    assert choose_buckets(mod) == {"b": [1, 2, 4, 8], "s": [1, 2, 4, 8, 16, 32, 64]}
+    # the model file's defaults beat the bounds; the CLI beats both
+    got = choose_buckets(mod, {"s": [16]}, {"b": [2, 4], "s": [1]})
+    assert got == {"b": [2, 4], "s": [16]}
+    with pytest.raises(TuneFarmError, match="unknown variable"):
+        choose_buckets(mod, {"n": [1]})
+
+
+def test_tasks_are_tuned_per_bucket_they_depend_on(llvm_target) -> None:
+    mod = load_model(DATA / "two_vars.py").mod
+    tasks = bucket_tasks(mod, llvm_target, {"b": [1, 8], "s": [16, 32]})
+    names = sorted(bt.task.name for bt in tasks)
+    # 2 matmuls (per b) + 2 softmaxes (per s), not 2 x 2 of each
+    assert names == ["matmul[b=1]", "matmul[b=8]", "softmax[s=16]", "softmax[s=32]"]
+    assert all(not bt.task.is_symbolic for bt in tasks)
+    by_name = {bt.task.name: bt for bt in tasks}
+    assert by_name["matmul[b=8]"].bucket == {"b": 8}
+    assert by_name["matmul[b=8]"].task.flops == 2 * 8 * 32 * 16
+
+
+def test_dynamic_example_buckets(llvm_target) -> None:
+    model = load_model(ROOT / "examples" / "mlp_dynamic.py")
+    buckets = choose_buckets(model.mod, {}, model.shape_vars)
+    assert buckets == {"b": [1, 8, 32, 128]}
+    tasks = bucket_tasks(model.mod, llvm_target, {"b": [1, 32]})
+    assert len(tasks) == 4 and {bt.bucket["b"] for bt in tasks} == {1, 32}

@@ -96,5 +96,8 @@ class ProgressView:
     def advance(self, n: int) -> None:
         """Count ``n`` more trials done and redraw."""
         self.progress.advance(self.bar, n)
+        done = self.progress.tasks[0].completed
+        if done > (self.progress.tasks[0].total or 0):  # the last round may overshoot
+            self.progress.update(self.bar, total=done)
         if self.live is not None:
             self.live.update(self._render())

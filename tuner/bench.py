@@ -62,17 +62,14 @@ def random_inputs(
             if isinstance(dim, tvm.tirx.IntImm):
                 shape.append(int(dim))
             else:
-                names = [v.name for v in tvm.tirx.analysis.undefined_vars(dim)]
-                missing = [n for n in names if n not in values]
+                dim_vars = tvm.tirx.analysis.undefined_vars(dim)
+                missing = [v.name for v in dim_vars if v.name not in values]
                 if missing:
                     raise TuneFarmError(
                         f"symbolic dim {', '.join(missing)} needs a value: pass --shape "
                         f"{missing[0]}=N"
                     )
-                env = {
-                    v: tvm.tirx.IntImm(v.dtype, values[v.name])
-                    for v in tvm.tirx.analysis.undefined_vars(dim)
-                }
+                env = {v: tvm.tirx.IntImm(v.dtype, values[v.name]) for v in dim_vars}
                 shape.append(
                     int(tvm.arith.Analyzer().simplify(tvm.tirx.stmt_functor.substitute(dim, env)))
                 )

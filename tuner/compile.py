@@ -8,6 +8,7 @@ which lookup level (exact target, same architecture, same target kind).
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import tvm
@@ -16,7 +17,7 @@ from tvm import relax
 from database import Storage, TuneFarmDatabase
 from tuner.errors import TuneFarmError
 from tuner.fastimport import preload_tensor_intrin
-from tuner.pipeline import backend_passes, normalize, prepare_passes, symbolic_vars_of
+from tuner.pipeline import backend_passes, normalize, prepare, symbolic_vars_of
 
 
 @dataclass(frozen=True)
@@ -94,13 +95,11 @@ def inspect_kernels(
     return BuildReport(tuple(kernels))
 
 
-def _prepare_and_apply(
-    mod: tvm.IRModule, target: tvm.target.Target, db: TuneFarmDatabase | None
-) -> tvm.IRModule:
-    mod = tvm.transform.Sequential(prepare_passes(target))(mod)
-    if db is not None:
-        mod = relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
-    return mod
+def _apply(mod: tvm.IRModule, db: TuneFarmDatabase | None) -> tvm.IRModule:
+    """Replace prepared kernels that have a record with their tuned schedule."""
+    if db is None:
+        return mod
+    return relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
 
 
 def apply_database(
@@ -108,8 +107,9 @@ def apply_database(
 ) -> tvm.IRModule:
     """The prepared module with tuned schedules applied (before lowering), for inspection."""
     preload_tensor_intrin()
+    prepared = prepare(mod, target)
     with target, db, tvm.transform.PassContext(opt_level=3):
-        return _prepare_and_apply(mod, target, db)
+        return _apply(prepared, db)
 
 
 def compile(
@@ -128,8 +128,7 @@ def compile(
         db = Storage(db, create=False)
     if isinstance(db, Storage):
         db = TuneFarmDatabase(db)
-    with target, tvm.transform.PassContext(opt_level=3):
-        prepared = tvm.transform.Sequential(prepare_passes(target))(mod)
+    prepared = prepare(mod, target)
     report = inspect_kernels(prepared, target, db)
     if strict and report.untuned:
         raise TuneFarmError(
@@ -142,7 +141,7 @@ def compile(
 
     @tvm.transform.module_pass(opt_level=3)
     def pipeline(m: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        m = _prepare_and_apply(m, target, db)
+        m = _apply(m, db)  # m is already prepared: the same passes as task extraction
         if is_gpu:
             from tvm.s_tir import dlight as dl
 
@@ -157,23 +156,7 @@ def compile(
         finalize = backend_passes(target, "finalize_passes")
         return tvm.transform.Sequential([*lower, *finalize])(m)
 
-    if db is not None:
-        with target, db, tvm.transform.PassContext(opt_level=3):
-            ex = relax.build(mod, target=target, relax_pipeline=pipeline)
-    else:
-        with target, tvm.transform.PassContext(opt_level=3):
-            ex = relax.build(mod, target=target, relax_pipeline=pipeline)
+    database = db if db is not None else contextlib.nullcontext()
+    with target, database, tvm.transform.PassContext(opt_level=3):
+        ex = relax.build(prepared, target=target, relax_pipeline=pipeline)
     return ex, report
-
-
-def scheduled_functions(ex_mod: tvm.IRModule) -> list[str]:
-    """Names of PrimFuncs marked as scheduled (``tirx.is_scheduled``) in a module."""
-    out = []
-    for gv, func in ex_mod.functions.items():
-        if (
-            isinstance(func, tvm.tirx.PrimFunc)
-            and func.attrs
-            and func.attrs.get("tirx.is_scheduled", False)
-        ):
-            out.append(gv.name_hint)
-    return out

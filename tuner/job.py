@@ -111,10 +111,12 @@ class JobRecorder(PyMeasureCallback):
         job_id: int,
         states: list[TaskState],
         view: ProgressView,
+        trials_before: int,
     ) -> None:
         super().__init__()
         self.db, self.ledger, self.tasks, self.target = db, ledger, tasks, target
         self.job_id, self.states, self.view = job_id, states, view
+        self.trials_before = trials_before  # recorded before the search started
         self.measured = 0
         self.resumed = 0
 
@@ -164,7 +166,8 @@ class JobRecorder(PyMeasureCallback):
                     build_sec=build.build_sec if build else None,
                 )
             )
-        self.db.update_job(self.job_id, trials_done=self.measured + self.resumed)
+        done = self.trials_before + self.measured + self.resumed
+        self.db.update_job(self.job_id, trials_done=done)
         self.view.advance(len(measure_candidates))
 
 
@@ -287,7 +290,9 @@ def tune(
                 # the default schedules just recorded are trials of this job too
                 remaining = config.trials - sum(db.count_records(t.mod, target) for t in tasks)
                 view = ProgressView(states, max(remaining, 0), console)
-                recorder = JobRecorder(db, ledger, tasks, target, job_id, states, view)
+                recorder = JobRecorder(
+                    db, ledger, tasks, target, job_id, states, view, config.trials - remaining
+                )
                 if remaining > 0:
                     with view:
                         _search(tasks, target, db, builder, runner, recorder, config, remaining)

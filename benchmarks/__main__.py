@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         summary = tune(
             model.mod, target, storage, TuneConfig(trials=args.trials, seed=0), console=console
         )
-        res = bench(model, target, TuneFarmDatabase(storage))
+        (res,) = bench(model, target, TuneFarmDatabase(storage))
         rows.append(
             {
                 "model": path,

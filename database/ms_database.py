@@ -267,6 +267,14 @@ class TuneFarmDatabase(PyDatabase):
         found = self.best(mod, target)
         return found[0] if found else None
 
+    def family_workloads(self, family_shash: str) -> list[tuple[dict[str, int], IRModule]]:
+        """The bucket-specialized workloads of a symbolic kernel: (bucket values, module)."""
+        query = select(WorkloadRow.bucket_json, WorkloadRow.mod_json).where(
+            WorkloadRow.family_shash == family_shash, WorkloadRow.bucket_json.is_not(None)
+        )
+        rows = self.storage.run(lambda s: list(s.execute(query)))
+        return [(json.loads(b), tvm.ir.load_json(m)) for b, m in rows]
+
     # ---------------------------------------------------------------- measured set
     def measured(self, candidate_hash: str, target: tvm.target.Target) -> RecordRow | None:
         """The stored measurement of a candidate on this exact target, if any."""

@@ -100,3 +100,20 @@ def crashing_mod() -> tvm.IRModule:
             A[i] = T.call_extern("float32", "tunefarm_missing_symbol")
 
     return normalize(crash)
+
+
+@pytest.fixture(scope="session")
+def dyn_tuned_db(tmp_path_factory: pytest.TempPathFactory, llvm_target: tvm.target.Target) -> str:
+    """The symbolic-kernel model tuned at buckets n=4 and n=16 (a few trials each)."""
+    from database import Storage
+    from tuner.job import TuneConfig, tune
+    from tuner.model import load_model
+    from workers.config import MeasureConfig
+
+    url = f"sqlite:///{tmp_path_factory.mktemp('dyn') / 'dyn.db'}"
+    model = load_model(DATA / "dyn_kernels.py")
+    config = TuneConfig(
+        trials=16, trials_per_iter=8, seed=0, measure=MeasureConfig(min_repeat_ms=5, repeat=2)
+    )
+    tune(model.mod, llvm_target, Storage(url), config, model_name="dyn", buckets={"n": [4, 16]})
+    return url

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 from collections.abc import Callable
@@ -13,7 +14,7 @@ import tvm
 from tvm import relax
 
 from database import TuneFarmDatabase
-from tuner.compile import compile
+from tuner.compile import BuildReport, compile
 from tuner.errors import TuneFarmError
 from tuner.model import Model
 
@@ -22,7 +23,7 @@ RTOL, ATOL = 1e-4, 1e-5
 
 @dataclass(frozen=True)
 class BenchResult:
-    """Latencies (median seconds), ratios and numerics of one benchmark run."""
+    """Latencies (median seconds), ratios and numerics of one benchmark run at one shape."""
 
     untuned_sec: float
     tuned_sec: float
@@ -33,6 +34,7 @@ class BenchResult:
     tuned_share: float
     untuned_kernels: list[str]
     shape: dict[str, int]
+    kernels: dict[str, str]  # symbolic kernel -> the variant that ran ("b8", "generic")
 
     @property
     def speedup(self) -> float:
@@ -46,6 +48,39 @@ class BenchResult:
         out = asdict(self)
         out["speedup"], out["vs_numpy"] = self.speedup, self.vs_numpy
         return out
+
+
+def sweep_values(buckets: list[int]) -> list[int]:
+    """The buckets plus off-bucket values: between neighbours, and above the largest."""
+    out = set(buckets)
+    for lo, hi in itertools.pairwise(buckets):
+        if hi - lo > 1:
+            out.add((lo + hi) // 2 + 1)
+    out.add(buckets[-1] * 2 + 1)
+    return sorted(out)
+
+
+_BINARY = {
+    "Add": lambda a, b: a + b,
+    "Sub": lambda a, b: a - b,
+    "Mul": lambda a, b: a * b,
+    "FloorDiv": lambda a, b: a // b,
+    "FloorMod": lambda a, b: a % b,
+    "Min": min,
+    "Max": max,
+}
+
+
+def eval_dim(expr: Any, values: dict[str, int]) -> int:
+    """The integer value of a shape expression given values of its symbolic variables."""
+    if isinstance(expr, tvm.tirx.IntImm):
+        return int(expr.value)
+    if isinstance(expr, tvm.tirx.Var):
+        return int(values[expr.name])
+    op = _BINARY.get(type(expr).__name__)
+    if op is None:
+        raise TuneFarmError(f"cannot evaluate the shape expression {expr}")
+    return int(op(eval_dim(expr.a, values), eval_dim(expr.b, values)))
 
 
 def random_inputs(
@@ -69,10 +104,7 @@ def random_inputs(
                         f"symbolic dim {', '.join(missing)} needs a value: pass --shape "
                         f"{missing[0]}=N"
                     )
-                env = {v: tvm.tirx.IntImm(v.dtype, values[v.name]) for v in dim_vars}
-                shape.append(
-                    int(tvm.arith.Analyzer().simplify(tvm.tirx.stmt_functor.substitute(dim, env)))
-                )
+                shape.append(eval_dim(dim, values))
         dtype = str(ty.dtype)
         if dtype.startswith("float"):
             arrays.append((rng.standard_normal(shape) * 0.5).astype(dtype))
@@ -81,21 +113,40 @@ def random_inputs(
     return arrays
 
 
-def _time_vm(
-    ex: relax.VMExecutable, args: list[np.ndarray], repeat: int, min_repeat_ms: int
-) -> tuple[np.ndarray, float]:
-    dev = tvm.cpu()
-    vm = relax.VirtualMachine(ex, dev)
-    tvm_args = [tvm.runtime.tensor(a, device=dev) for a in args]
-    out = vm["main"](*tvm_args)
-    timer = vm.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
-    return _to_numpy(out), statistics.median(timer(*tvm_args).results)
+class _VM:
+    """A Relax VM that also records which kernels each call ran."""
+
+    def __init__(self, ex: relax.VMExecutable) -> None:
+        self.dev = tvm.cpu()
+        self.vm = relax.VirtualMachine(ex, self.dev)
+        self.called: list[str] = []
+        self.vm.set_instrument(self._instrument)
+
+    def _instrument(self, _func: Any, name: Any, before: bool, *_rest: Any) -> int:
+        if before:
+            self.called.append(str(name))
+        return 0
+
+    def run(self, args: list[np.ndarray], repeat: int, min_repeat_ms: int) -> tuple:
+        tvm_args = [tvm.runtime.tensor(a, device=self.dev) for a in args]
+        self.called.clear()
+        out = _flatten(self.vm["main"](*tvm_args))
+        called = list(self.called)
+        self.vm.set_instrument(None)  # time without the instrument's overhead
+        timer = self.vm.time_evaluator(
+            "main", self.dev, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms
+        )
+        sec = statistics.median(timer(*tvm_args).results)
+        self.vm.set_instrument(self._instrument)
+        return out, sec, called
 
 
-def _to_numpy(out: Any) -> np.ndarray:
+def _flatten(out: Any) -> list[np.ndarray]:
     if hasattr(out, "numpy"):
-        return out.numpy()
-    return _to_numpy(out[0])
+        return [out.numpy()]
+    if isinstance(out, np.ndarray):
+        return [out]
+    return [a for item in out for a in _flatten(item)]
 
 
 def _time_numpy(fn: Callable[..., Any], args: list[np.ndarray], repeat: int) -> float:
@@ -113,47 +164,77 @@ def _time_numpy(fn: Callable[..., Any], args: list[np.ndarray], repeat: int) -> 
     return statistics.median(samples)
 
 
+def _compare(outs: list[np.ndarray], expected: list[np.ndarray]) -> tuple[float, bool]:
+    if [o.shape for o in outs] != [e.shape for e in expected]:
+        raise TuneFarmError(
+            f"output shapes {[o.shape for o in outs]} differ from the reference "
+            f"{[e.shape for e in expected]}"
+        )
+    worst, agree = 0.0, True
+    for out, ref in zip(outs, expected, strict=True):
+        err = np.abs(out.astype(np.float64) - ref.astype(np.float64))
+        # fp32 reductions round differently in different schedules: tolerate RTOL of the
+        # output's scale on every element, plus RTOL of each element's own magnitude.
+        scale = float(np.abs(ref).max()) if ref.size else 0.0
+        agree &= bool(np.all(err <= RTOL * max(scale, ATOL) + RTOL * np.abs(ref)))
+        worst = max(worst, float(err.max()) if err.size else 0.0)
+    return worst, agree
+
+
+def _variants(report: BuildReport, called: list[str]) -> dict[str, str]:
+    out = {}
+    for k in report.kernels:
+        if not k.symbolic:
+            continue
+        ran = [c for c in called if c.startswith(k.name + "_") and "_dispatch" not in c]
+        out[k.name] = ran[0][len(k.name) + 1 :] if ran else "generic"
+    return out
+
+
 def bench(
     model: Model,
     target: tvm.target.Target,
     db: TuneFarmDatabase,
-    shape: dict[str, int] | None = None,
+    shapes: list[dict[str, int]] | None = None,
     *,
     repeat: int = 5,
     min_repeat_ms: int = 50,
-) -> BenchResult:
-    """Build untuned and tuned, run both (and numpy) on the same random inputs."""
+) -> list[BenchResult]:
+    """Build untuned and tuned once, then run both (and numpy) on the same random inputs at
+    each shape (values of the symbolic variables)."""
     if target.kind.name != "llvm":
         raise TuneFarmError("tunefarm bench runs locally on the CPU; use an llvm target")
-    values = dict(shape or {})
-    for name, buckets in model.shape_vars.items():
-        values.setdefault(name, buckets[0])
-    args = random_inputs(model.mod["main"], values, np.random.default_rng(0))
-    untuned_ex, _ = compile(model.mod, target, None)
+    untuned, _ = compile(model.mod, target, None)
     tuned_ex, report = compile(model.mod, target, db)
-    ref_untuned, untuned_sec = _time_vm(untuned_ex, args, repeat, min_repeat_ms)
-    out, tuned_sec = _time_vm(tuned_ex, args, repeat, min_repeat_ms)
-    numpy_sec = None
-    reference, expected = "untuned", ref_untuned
-    if model.numpy_reference is not None:
-        expected = np.asarray(model.numpy_reference(*args))
-        numpy_sec = _time_numpy(model.numpy_reference, args, repeat)
-        reference = "numpy"
-    if out.shape != expected.shape:
-        raise TuneFarmError(f"output shape {out.shape} differs from reference {expected.shape}")
-    err = np.abs(out.astype(np.float64) - expected.astype(np.float64))
-    # fp32 reductions round differently in different schedules: tolerate RTOL of the
-    # output's scale on every element, plus RTOL of each element's own magnitude.
-    scale = float(np.abs(expected).max()) if expected.size else 0.0
-    agree = bool(np.all(err <= RTOL * max(scale, ATOL) + RTOL * np.abs(expected)))
-    return BenchResult(
-        untuned_sec=untuned_sec,
-        tuned_sec=tuned_sec,
-        numpy_sec=numpy_sec,
-        max_abs_err=float(err.max()) if err.size else 0.0,
-        reference=reference,
-        agree=agree,
-        tuned_share=report.tuned_share,
-        untuned_kernels=report.untuned,
-        shape=values,
-    )
+    untuned_vm, tuned_vm = _VM(untuned), _VM(tuned_ex)
+    results = []
+    for shape in shapes or [{}]:
+        args = random_inputs(model.mod["main"], shape, np.random.default_rng(0))
+        ref_untuned, untuned_sec, _ = untuned_vm.run(args, repeat, min_repeat_ms)
+        outs, tuned_sec, called = tuned_vm.run(args, repeat, min_repeat_ms)
+        numpy_sec = None
+        reference, expected = "untuned", ref_untuned
+        if model.numpy_reference is not None:
+            expected = _flatten([np.asarray(a) for a in _as_tuple(model.numpy_reference(*args))])
+            numpy_sec = _time_numpy(model.numpy_reference, args, repeat)
+            reference = "numpy"
+        max_err, agree = _compare(outs, expected)
+        results.append(
+            BenchResult(
+                untuned_sec=untuned_sec,
+                tuned_sec=tuned_sec,
+                numpy_sec=numpy_sec,
+                max_abs_err=max_err,
+                reference=reference,
+                agree=agree,
+                tuned_share=report.tuned_share,
+                untuned_kernels=report.untuned,
+                shape=dict(shape),
+                kernels=_variants(report, called),
+            )
+        )
+    return results
+
+
+def _as_tuple(value: Any) -> tuple:
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,)

@@ -177,15 +177,17 @@ def build(
     ex, report = tf_compile(loaded.mod, tgt, TuneFarmDatabase(storage), strict=strict)
     ex.export_library(str(output))
     table = Table(title=f"kernels of {model.name}")
-    for col in ("kernel", "calls", "schedule", "lookup", "latency"):
-        table.add_column(col, justify="left" if col in ("kernel", "schedule") else "right")
+    for col in ("kernel", "calls", "schedule", "lookup", "latency", "dispatch"):
+        table.add_column(col, justify="right" if col in ("calls", "latency") else "left")
+    styles = {"tuned": "green", "buckets": "green", "untuned": "yellow"}
     for k in report.kernels:
         table.add_row(
             k.name,
             str(k.calls),
-            "[green]tuned[/green]" if k.source == "tuned" else "[yellow]untuned[/yellow]",
+            f"[{styles[k.source]}]{k.source}[/{styles[k.source]}]",
             k.level or "-",
             fmt_sec(k.mean_sec),
+            escape(k.dispatch or "-"),
         )
     console.print(table)
     console.print(
@@ -201,36 +203,67 @@ def bench(
     target: TargetOpt = "llvm",
     arch: ArchOpt = None,
     db: DbOpt = None,
+    shape: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--shape",
+            help="Values of a symbolic dim to sweep: VAR=V1,V2,... (repeatable); "
+            "default: the buckets plus off-bucket values.",
+        ),
+    ] = None,
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Also write the results as JSON here.")
     ] = None,
     entry: EntryOpt = "Module",
 ) -> None:
     """Run the untuned build, the tuned build and a numpy reference; compare time and output."""
+    import itertools
+
     from tuner.bench import bench as run_bench
+    from tuner.bench import sweep_values
+    from tuner.buckets import choose_buckets, parse_shape_options
     from tuner.model import load_model
     from tuner.targets import resolve_target
 
     tgt = resolve_target(target, arch)
     loaded = load_model(model, entry)
+    given = parse_shape_options(shape or [])
+    values = {
+        name: given.get(name) or sweep_values(buckets)
+        for name, buckets in choose_buckets(loaded.mod, given, loaded.shape_vars).items()
+    }
+    shapes = [
+        dict(zip(values, combo, strict=True)) for combo in itertools.product(*values.values())
+    ]
     storage = _storage(db, create=False)
-    res = run_bench(loaded, tgt, TuneFarmDatabase(storage))
-    table = Table(title=f"{model.name} on {tgt.kind.name}")
-    for col in ("build", "latency", "vs untuned"):
-        table.add_column(col, justify="left" if col == "build" else "right")
-    table.add_row("untuned default", fmt_sec(res.untuned_sec), "1.00x")
-    table.add_row("tuned", fmt_sec(res.tuned_sec), f"{res.speedup:.2f}x")
-    if res.numpy_sec is not None:
-        table.add_row("numpy", fmt_sec(res.numpy_sec), f"{res.untuned_sec / res.numpy_sec:.2f}x")
+    results = run_bench(loaded, tgt, TuneFarmDatabase(storage), shapes)
+    table = Table(title=f"{model.name} on {tgt.kind.name}: tuned vs untuned default vs numpy")
+    cols = ["shape", "untuned", "tuned", "speedup", "numpy", "tuned/numpy", "max err", "kernels"]
+    for col in cols:
+        table.add_column(col, justify="left" if col in ("shape", "kernels") else "right")
+    for r in results:
+        label = ",".join(f"{k}={v}" for k, v in r.shape.items()) or "static"
+        variants = ", ".join(f"{k}:{v}" for k, v in r.kernels.items()) or "-"
+        table.add_row(
+            label,
+            fmt_sec(r.untuned_sec),
+            fmt_sec(r.tuned_sec),
+            f"{r.speedup:.2f}x",
+            fmt_sec(r.numpy_sec),
+            f"{r.vs_numpy:.2f}x" if r.vs_numpy else "-",
+            f"{r.max_abs_err:.1e}" + ("" if r.agree else " [red]DISAGREE[/red]"),
+            escape(variants),
+        )
     console.print(table)
-    verdict = "[green]agree[/green]" if res.agree else "[red]DISAGREE[/red]"
+    res = results[0]
     console.print(
-        f"outputs {verdict} with the {res.reference} reference (max abs err {res.max_abs_err:.2e});"
-        f" {res.tuned_share:.0%} of kernel calls tuned"
+        f"outputs checked against the {res.reference} reference; "
+        f"{res.tuned_share:.0%} of kernel calls tuned"
+        + (f" (untuned: {', '.join(res.untuned_kernels)})" if res.untuned_kernels else "")
     )
     if json_out is not None:
-        json_out.write_text(json.dumps(res.to_dict(), indent=2))
-    if not res.agree:
+        json_out.write_text(json.dumps({"results": [r.to_dict() for r in results]}, indent=2))
+    if not all(r.agree for r in results):
         raise typer.Exit(2)
 
 

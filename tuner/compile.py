@@ -8,13 +8,13 @@ which lookup level (exact target, same architecture, same target kind).
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 import tvm
 from tvm import relax
 
 from database import Storage, TuneFarmDatabase
+from tuner.dispatch import KernelDispatch, add_dispatch
 from tuner.errors import TuneFarmError
 from tuner.fastimport import preload_tensor_intrin
 from tuner.pipeline import backend_passes, normalize, prepare, symbolic_vars_of
@@ -26,10 +26,11 @@ class KernelReport:
 
     name: str
     calls: int
-    source: str  # "tuned" or "untuned"
+    source: str  # "tuned", "buckets" (symbolic, dispatched to bucket kernels) or "untuned"
     level: str | None  # lookup level of the tuned record
     mean_sec: float | None  # the record's measured latency
     symbolic: bool = False
+    dispatch: str | None = None  # for symbolic kernels: the dispatch rule in force
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ class BuildReport:
 
     @property
     def tuned_calls(self) -> int:
-        return sum(k.calls for k in self.kernels if k.source == "tuned")
+        return sum(k.calls for k in self.kernels if k.source != "untuned")
 
     @property
     def total_calls(self) -> int:
@@ -52,7 +53,7 @@ class BuildReport:
 
     @property
     def untuned(self) -> list[str]:
-        return [k.name for k in self.kernels if k.source != "tuned"]
+        return [k.name for k in self.kernels if k.source == "untuned"]
 
 
 def _call_counts(mod: tvm.IRModule) -> dict[str, int]:
@@ -71,45 +72,59 @@ def _call_counts(mod: tvm.IRModule) -> dict[str, int]:
 
 
 def inspect_kernels(
-    prepared: tvm.IRModule, target: tvm.target.Target, db: TuneFarmDatabase | None
+    prepared: tvm.IRModule,
+    target: tvm.target.Target,
+    db: TuneFarmDatabase | None,
+    dispatch: dict[str, KernelDispatch] | None = None,
 ) -> BuildReport:
     """Look every PrimFunc of a prepared module up in ``db`` the way the build will."""
+    dispatch = dispatch or {}
     counts = _call_counts(prepared)
     kernels = []
     for gv, func in prepared.functions.items():
         if not isinstance(func, tvm.tirx.PrimFunc):
             continue
         name = gv.name_hint
-        found = db.best(normalize(func), target) if db is not None else None
+        symbolic = bool(symbolic_vars_of(func))
+        found = db.best(normalize(func), target) if db is not None and not symbolic else None
+        plan = dispatch.get(name)
+        source = "tuned" if found else "buckets" if plan and plan.buckets else "untuned"
         kernels.append(
             KernelReport(
                 name=name,
                 calls=counts.get(name, 1),
-                source="tuned" if found else "untuned",
+                source=source,
                 level=found[1] if found else None,
                 mean_sec=found[2] if found else None,
-                symbolic=bool(symbolic_vars_of(func)),
+                symbolic=symbolic,
+                dispatch=plan.describe() if plan else None,
             )
         )
     kernels.sort(key=lambda k: k.name)
     return BuildReport(tuple(kernels))
 
 
-def _apply(mod: tvm.IRModule, db: TuneFarmDatabase | None) -> tvm.IRModule:
-    """Replace prepared kernels that have a record with their tuned schedule."""
-    if db is None:
-        return mod
-    return relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
+def _with_database(
+    prepared: tvm.IRModule, target: tvm.target.Target, db: TuneFarmDatabase
+) -> tuple[tvm.IRModule, dict[str, KernelDispatch]]:
+    """Bucket dispatch for symbolic kernels, then tuned schedules for static ones.
+
+    Runs inside ``with target, db``."""
+    mod, dispatch = add_dispatch(prepared, target, db)
+    mod = relax.transform.LegalizeOps()(mod)  # the pads and slices the dispatch added
+    mod = relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
+    return mod, dispatch
 
 
 def apply_database(
     mod: tvm.IRModule, target: tvm.target.Target, db: TuneFarmDatabase
 ) -> tvm.IRModule:
-    """The prepared module with tuned schedules applied (before lowering), for inspection."""
+    """The prepared module with tuned schedules and bucket dispatch applied (before
+    lowering), for inspection."""
     preload_tensor_intrin()
     prepared = prepare(mod, target)
     with target, db, tvm.transform.PassContext(opt_level=3):
-        return _apply(prepared, db)
+        return _with_database(prepared, target, db)[0]
 
 
 def compile(
@@ -122,26 +137,29 @@ def compile(
     """Compile ``mod`` for ``target``, applying the best schedules from ``db``.
 
     ``db`` may be a database, a storage or a URL; ``None`` builds the untuned default.
-    With ``strict``, a kernel without a tuned record is an error.
+    Symbolic kernels dispatch at run time to range kernels of their tuned buckets (see
+    :mod:`tuner.dispatch`). With ``strict``, a kernel without a tuned record is an error.
     """
     if isinstance(db, str):
         db = Storage(db, create=False)
     if isinstance(db, Storage):
         db = TuneFarmDatabase(db)
     prepared = prepare(mod, target)
-    report = inspect_kernels(prepared, target, db)
+    applied, dispatch = prepared, {}
+    if db is not None:
+        preload_tensor_intrin()  # traces may use tensor intrinsics
+        with target, db, tvm.transform.PassContext(opt_level=3):
+            applied, dispatch = _with_database(prepared, target, db)
+    report = inspect_kernels(prepared, target, db, dispatch)
     if strict and report.untuned:
         raise TuneFarmError(
             f"--strict: {len(report.untuned)} kernel(s) have no tuned record: "
             + ", ".join(report.untuned)
         )
-    if db is not None:
-        preload_tensor_intrin()  # traces may use tensor intrinsics
     is_gpu = relax.pipeline.BackendDispatcher.is_gpu_target(target)
 
     @tvm.transform.module_pass(opt_level=3)
-    def pipeline(m: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        m = _apply(m, db)  # m is already prepared: the same passes as task extraction
+    def lower(m: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         if is_gpu:
             from tvm.s_tir import dlight as dl
 
@@ -152,11 +170,12 @@ def compile(
                 dl.gpu.GeneralReduction(),
                 dl.gpu.Fallback(),
             )(m)
-        lower = backend_passes(target, "dataflow_lower_passes")
-        finalize = backend_passes(target, "finalize_passes")
-        return tvm.transform.Sequential([*lower, *finalize])(m)
+        passes = [
+            *backend_passes(target, "dataflow_lower_passes"),
+            *backend_passes(target, "finalize_passes"),
+        ]
+        return tvm.transform.Sequential(passes)(m)
 
-    database = db if db is not None else contextlib.nullcontext()
-    with target, database, tvm.transform.PassContext(opt_level=3):
-        ex = relax.build(prepared, target=target, relax_pipeline=pipeline)
+    with target, tvm.transform.PassContext(opt_level=3):
+        ex = relax.build(applied, target=target, relax_pipeline=lower)
     return ex, report

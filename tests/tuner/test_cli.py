@@ -106,7 +106,7 @@ def test_build_and_bench_from_tuned_db(tuned_db, tmp_path: Path) -> None:
     js = tmp_path / "bench.json"
     result = runner.invoke(app, ["bench", str(TINY), "--db", tuned_db.url, "--json", str(js)])
     assert result.exit_code == 0, result.output
-    data = json.loads(js.read_text())
+    (data,) = json.loads(js.read_text())["results"]
     assert data["agree"] and data["reference"] == "numpy" and data["tuned_share"] == 1.0
     assert data["untuned_sec"] > 0 and data["tuned_sec"] > 0
 

@@ -1,0 +1,78 @@
+"""Symbolic builds: bucket dispatch is right for every value and observably picks kernels."""
+
+from __future__ import annotations
+
+import pytest
+import tvm
+
+from database import Storage, TuneFarmDatabase
+from tests.conftest import DATA
+from tuner.bench import bench, sweep_values
+from tuner.compile import apply_database, compile
+from tuner.errors import TuneFarmError
+from tuner.model import load_model
+from tuner.pipeline import normalize, prepare
+from tuner.rangekernel import pad_kernel, pads_safely, symbolic_var
+
+MODEL = DATA / "dyn_kernels.py"
+
+
+def test_pads_safely_only_without_reduction_over_the_variable(llvm_target) -> None:
+    prepared = prepare(load_model(MODEL).mod, llvm_target)
+    assert pads_safely(normalize(prepared["fused_matmul_add_relu"])["main"], "n")
+    assert pads_safely(normalize(prepared["matmul1"])["main"], "n")  # n x n, both spatial
+    assert not pads_safely(normalize(prepared["softmax"])["main"], "n")  # softmax over n
+
+
+def test_pad_kernel_replaces_the_dim_by_a_tile_multiple(llvm_target) -> None:
+    func = normalize(prepare(load_model(MODEL).mod, llvm_target)["fused_matmul_add_relu"])["main"]
+    var = symbolic_var(func)
+    padded = pad_kernel(func, var.name, 8)
+    script = padded.script()
+    assert "m * T.int64(8)" in script and "m: T.int64" in script
+    assert symbolic_var(padded).name == "m"
+
+
+def test_sweep_values_cover_on_and_off_bucket() -> None:
+    assert sweep_values([1, 8, 32]) == [1, 5, 8, 21, 32, 65]
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_correct_for_every_value_and_dispatch_is_observable(dyn_tuned_db, llvm_target) -> None:
+    model = load_model(MODEL)
+    db = TuneFarmDatabase(Storage(dyn_tuned_db, create=False))
+    values = [1, 2, 3, 4, 5, 7, 13, 16, 17, 40]  # n=1, primes, buckets, above the largest
+    results = bench(model, llvm_target, db, [{"n": v} for v in values], repeat=1, min_repeat_ms=1)
+    for value, res in zip(values, results, strict=True):
+        assert res.agree, (value, res.max_abs_err)  # matmul+bias+relu, softmax over n, n x n
+        assert res.reference == "numpy"
+    used = {v: r.kernels["fused_matmul_add_relu"] for v, r in zip(values, results, strict=True)}
+    assert {used[1], used[3], used[4]} == {"n4"}
+    assert {used[5], used[13], used[16]} == {"n16"}
+    assert {used[17], used[40]} == {"generic"}
+    assert all(r.kernels["softmax"] == "generic" for r in results)
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_range_kernels_are_predicate_free_and_reported(dyn_tuned_db, llvm_target) -> None:
+    model = load_model(MODEL)
+    db = TuneFarmDatabase(Storage(dyn_tuned_db, create=False))
+    applied = apply_database(model.mod, llvm_target, db)
+    ranges = [
+        (gv.name_hint, f)
+        for gv, f in applied.functions.items()
+        if isinstance(f, tvm.tirx.PrimFunc) and gv.name_hint.endswith(("_n4", "_n16"))
+    ]
+    assert any(name.startswith("fused_matmul_add_relu") for name, _ in ranges)
+    for name, func in ranges:
+        assert "T.where" not in func.script(), name
+    _, report = compile(model.mod, llvm_target, db)
+    by_name = {k.name: k for k in report.kernels}
+    assert by_name["fused_matmul_add_relu"].source == "buckets"
+    assert "n<=4" in by_name["fused_matmul_add_relu"].dispatch
+    assert by_name["softmax"].source == "untuned"
+    assert "reduces over n" in by_name["softmax"].dispatch
+    with pytest.raises(TuneFarmError, match="softmax"):
+        compile(model.mod, llvm_target, db, strict=True)

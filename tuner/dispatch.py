@@ -1,0 +1,277 @@
+"""Shape dispatch: route each symbolic kernel call to the range kernel of the right bucket.
+
+Rule (documented in docs/symbolic-shapes.md): for a kernel whose only symbolic variable is
+``v``, with tuned buckets ``b1 < b2 < ... < bk``, a call with runtime value ``v`` uses the
+range kernel of the smallest bucket ``bi >= v``; above ``bk``, and for kernels that cannot be
+padded (they reduce over ``v``), depend on several variables or have no record, the generic
+kernel (default schedule) serves.
+
+The dispatch lives in Relax: each call site becomes a call to a private function holding an
+``if v <= b1 ... elif ... else`` chain; a bucket branch pads the inputs along ``v`` to a
+multiple of the range kernel's tile (zeros), calls the padded kernel (predicate-free) and
+slices the result back to ``v`` rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import tvm
+from tvm import relax, tirx
+
+from database import TuneFarmDatabase, shash_of
+from tuner.pipeline import normalize
+from tuner.rangekernel import RangeKernel, pads_safely, symbolic_var, transplant
+
+
+@dataclass(frozen=True)
+class BucketKernel:
+    """One bucket's range kernel as added to the module."""
+
+    value: int
+    tile: int
+    name: str
+    level: str
+    mean_sec: float
+
+
+@dataclass(frozen=True)
+class KernelDispatch:
+    """How one symbolic kernel is served: bucket kernels, or why only the generic one."""
+
+    kernel: str
+    var: str | None
+    buckets: tuple[BucketKernel, ...] = ()
+    reason: str | None = None  # why buckets are not used (when empty)
+
+    def describe(self) -> str:
+        if not self.buckets:
+            return f"generic ({self.reason})"
+        parts = ", ".join(f"{self.var}<={b.value}: tile {b.tile}" for b in self.buckets)
+        return f"{parts}; generic above {self.buckets[-1].value}"
+
+
+@dataclass
+class _Plan:
+    dispatch: KernelDispatch
+    kernels: list[tuple[BucketKernel, tirx.PrimFunc]] = field(default_factory=list)
+
+
+def _plan(name: str, func: tirx.PrimFunc, target: Any, db: TuneFarmDatabase) -> _Plan:
+    norm = normalize(func)
+    var = symbolic_var(norm["main"])
+    if var is None:
+        return _Plan(KernelDispatch(name, None, reason="several symbolic variables"))
+    family = db.family_workloads(shash_of(norm))
+    usable = [(b, m) for b, m in family if set(b) == {var.name}]
+    if not usable:
+        return _Plan(KernelDispatch(name, var.name, reason="no bucket records"))
+    if not pads_safely(norm["main"], var.name):
+        return _Plan(KernelDispatch(name, var.name, reason=f"reduces over {var.name}"))
+    plan = _Plan(KernelDispatch(name, var.name))
+    for bucket, static_mod in sorted(usable, key=lambda x: x[0][var.name]):
+        found = db.best(static_mod, target)
+        if found is None:
+            continue
+        record, level, mean_sec = found
+        rk: RangeKernel | None = transplant(norm["main"], record.trace, var.name)
+        if rk is None:
+            continue
+        value = bucket[var.name]
+        kname = f"{name}_{var.name}{value}"
+        # the bucket attribute also keeps identical schedules of two buckets apart, so which
+        # bucket served a call stays observable
+        kernel = (
+            rk.func.without_attr("global_symbol")
+            .with_attr("tirx.is_scheduled", True)
+            .with_attr("tunefarm.bucket", f"{var.name}={value}")
+        )
+        plan.kernels.append((BucketKernel(value, rk.tile, kname, level, mean_sec), kernel))
+    if not plan.kernels:
+        plan.dispatch = KernelDispatch(name, var.name, reason="no transplantable record")
+    else:
+        plan.dispatch = KernelDispatch(name, var.name, tuple(k for k, _ in plan.kernels))
+    return plan
+
+
+def _var_axes(shape: relax.ShapeExpr | Any, model_var: str) -> list[int]:
+    axes = []
+    for i, dim in enumerate(shape.values):
+        if not isinstance(dim, tirx.IntImm) and any(
+            v.name == model_var for v in tirx.analysis.undefined_vars(dim)
+        ):
+            axes.append(i)
+    return axes
+
+
+def _model_var(sinfo: relax.TensorType, kernel_shape: list[Any], name: str) -> Any:
+    """The caller-side expression of the kernel's symbolic dim, and the model var inside it."""
+    for dim, kdim in zip(sinfo.shape.values, kernel_shape, strict=False):
+        if isinstance(kdim, tirx.Var) and kdim.name == name:
+            return dim
+    return None
+
+
+def _branch_function(
+    bb: relax.BlockBuilder,
+    fname: str,
+    params: list[relax.Var],
+    out_sinfo: relax.TensorType,
+    kernel_gv: relax.GlobalVar,
+    pad_axes: list[list[int]],
+    out_axes: list[int],
+    extent: Any,
+    tile: int,
+) -> relax.GlobalVar:
+    """A function: pad inputs to a multiple of ``tile``, call the padded kernel, slice."""
+    fparams = [relax.Var(p.name, p.ty) for p in params]
+    m = tirx.floordiv(extent + (tile - 1), tile)
+    padded = m * tile
+    fb = relax.BlockBuilder()
+    with fb.function(fname, fparams, private=True):
+        with fb.dataflow():
+            args = []
+            for p, axes in zip(fparams, pad_axes, strict=True):
+                value: relax.Expr = p
+                for axis in axes if tile > 1 else ():  # tile 1: nothing to pad
+                    shape = list(value.ty.shape.values)
+                    shape[axis] = padded - extent
+                    zeros = fb.emit(relax.op.zeros(relax.ShapeExpr(shape), p.ty.dtype))
+                    value = fb.emit(relax.op.concat([value, zeros], axis=axis))
+                args.append(value)
+            out_shape = list(out_sinfo.shape.values)
+            for axis in out_axes:
+                out_shape[axis] = padded
+            full = fb.emit(
+                relax.call_tir(
+                    kernel_gv,
+                    [*args, relax.prim_value(m)],
+                    relax.TensorType(out_shape, out_sinfo.dtype),
+                )
+            )
+            ends = [extent] * len(out_axes)
+            sliced = relax.op.strided_slice(
+                full, axes=out_axes, begin=[0] * len(out_axes), end=ends
+            )
+            out = fb.emit_output(sliced if tile > 1 else full)
+        fb.emit_func_output(out)
+    return bb.add_func(fb.get()[fname], fname)  # may return an identical existing function
+
+
+def add_dispatch(
+    prepared: tvm.IRModule, target: Any, db: TuneFarmDatabase
+) -> tuple[tvm.IRModule, dict[str, KernelDispatch]]:
+    """Add bucket range kernels and per-call-site dispatch functions to a prepared module."""
+    plans: dict[str, _Plan] = {}
+    for gv, func in prepared.functions.items():
+        if isinstance(func, tirx.PrimFunc) and symbolic_var(func) is not None:
+            plans[gv.name_hint] = _plan(gv.name_hint, func, target, db)
+        elif isinstance(func, tirx.PrimFunc):
+            norm = normalize(func)
+            if any(
+                not isinstance(d, tirx.IntImm)
+                for p in norm["main"].params
+                for d in (getattr(p, "shape", None) or ())
+            ):
+                plans[gv.name_hint] = _Plan(
+                    KernelDispatch(gv.name_hint, None, reason="several symbolic variables")
+                )
+    report = {name: plan.dispatch for name, plan in plans.items()}
+    active = {name: plan for name, plan in plans.items() if plan.kernels}
+    if not active:
+        return prepared, report
+    bb = relax.BlockBuilder(prepared)
+    kernel_gvs = {
+        bk.name: bb.add_func(func, bk.name) for plan in active.values() for bk, func in plan.kernels
+    }
+    counter = [0]
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+
+    def make_dispatch(call: relax.Call) -> relax.Expr | None:
+        name = call.args[0].name_hint
+        plan = active.get(name)
+        if plan is None or len(call.ty_args) != 1:
+            return None
+        out_sinfo = call.ty_args[0]
+        if not isinstance(out_sinfo, relax.TensorType) or len(call.args) > 2:
+            return None
+        args = list(call.args[1].fields)
+        kfunc = prepared[name]
+        var_name = plan.dispatch.var
+        kparams = list(kfunc.params)
+        model_var = None
+        for arg, kp in zip(args, kparams, strict=False):
+            expr = _model_var(arg.ty, list(kp.shape), var_name)
+            if expr is not None:
+                model_var = expr
+                break
+        if model_var is None or not isinstance(model_var, tirx.Var):
+            return None  # the caller's dim is an expression: keep the generic kernel
+        pad_axes = [
+            [i for i, d in enumerate(kp.shape) if isinstance(d, tirx.Var) and d.name == var_name]
+            for kp in kparams[: len(args)]
+        ]
+        out_axes = [
+            i
+            for i, d in enumerate(kparams[len(args)].shape)
+            if isinstance(d, tirx.Var) and d.name == var_name
+        ]
+        if not out_axes:
+            return None
+        counter[0] += 1
+        tag = f"{name}_dispatch{counter[0]}"
+        params = [relax.Var(f"a{i}", a.ty) for i, a in enumerate(args)]
+        branches = [
+            (
+                bk.value,
+                _branch_function(
+                    bb,
+                    f"{tag}_{var_name}{bk.value}",
+                    params,
+                    out_sinfo,
+                    kernel_gvs[bk.name],
+                    pad_axes,
+                    out_axes,
+                    model_var,
+                    bk.tile,
+                ),
+            )
+            for bk in plan.dispatch.buckets
+        ]
+        fparams = [relax.Var(p.name, p.ty) for p in params]
+        generic = relax.call_tir(call.args[0], fparams, out_sinfo)
+        body: relax.Expr = generic
+        for value, gv in reversed(branches):
+            cond = relax.prim_value(model_var <= value)
+            body = relax.If(cond, _seq(relax.Call(gv, fparams), out_sinfo), _seq(body, out_sinfo))
+        fb = relax.BlockBuilder()
+        with fb.function(tag, fparams, private=True):
+            out = fb.emit(body)
+            fb.emit_func_output(out)
+        return relax.Call(bb.add_func(fb.get()[tag], tag), args)
+
+    @relax.expr_functor.mutator
+    class _Rewriter(relax.PyExprMutator):
+        def visit_call_(self, op: relax.Call) -> relax.Expr:
+            call = super().visit_call_(op)
+            if isinstance(call, relax.Call) and call.op.same_as(call_tir):
+                new = make_dispatch(call)
+                if new is not None:
+                    return new
+            return call
+
+    rewriter = _Rewriter(bb.get())
+    for gv, func in list(bb.get().functions.items()):
+        if isinstance(func, relax.Function) and "_dispatch" not in gv.name_hint:
+            if func.attrs is None or "global_symbol" not in func.attrs:
+                continue
+            new_func = rewriter.visit_expr(func)
+            bb.update_func(gv, new_func)
+    mod = bb.finalize()
+    return mod, report
+
+
+def _seq(expr: relax.Expr, sinfo: relax.Type) -> relax.SeqExpr:
+    var = relax.Var("r", sinfo)
+    return relax.SeqExpr([relax.BindingBlock([relax.VarBinding(var, expr)])], var)

@@ -24,6 +24,12 @@ demo: $(STAMP)
 	mkdir -p out
 	$(BIN)/tunefarm build $(DEMO_MODEL) --db $(DEMO_DB) -o out/$(notdir $(basename $(DEMO_MODEL))).so
 	$(BIN)/tunefarm bench $(DEMO_MODEL) --db $(DEMO_DB)
+	$(BIN)/tunefarm tune examples/mlp_dynamic.py --shape b=1,8,32 --trials 48 --db $(DEMO_DB) --seed 0
+	$(BIN)/tunefarm build examples/mlp_dynamic.py --db $(DEMO_DB) -o out/mlp_dynamic.so
+	$(BIN)/tunefarm bench examples/mlp_dynamic.py --db $(DEMO_DB) --shape b=1,5,8,20,32,65
+	$(BIN)/tunefarm tune examples/transformer_block_dynamic.py --shape s=16,64 --trials 40 --db $(DEMO_DB) --seed 0
+	$(BIN)/tunefarm build examples/transformer_block_dynamic.py --db $(DEMO_DB) -o out/transformer_block_dynamic.so
+	$(BIN)/tunefarm bench examples/transformer_block_dynamic.py --db $(DEMO_DB) --shape s=1,7,16,17,40,64,65
 	$(BIN)/tunefarm db stats --db $(DEMO_DB)
 
 test: $(STAMP)
@@ -33,7 +39,8 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -ra -m "not slow" $(PYTEST_ARGS)
 
 bench: $(STAMP)
-	$(BIN)/python -m benchmarks
+	$(BIN)/python -m benchmarks models
+	$(BIN)/python -m benchmarks symbolic --trials-per-task 8
 
 lint: $(STAMP)
 	$(BIN)/ruff check tuner workers database tests examples benchmarks

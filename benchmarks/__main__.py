@@ -32,7 +32,14 @@ DEFAULT_MODELS = ["examples/mlp.py", "examples/conv2d_block.py"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "symbolic":
+        from benchmarks.symbolic import main as symbolic_main
+
+        return symbolic_main(argv[1:])
+    if argv and argv[0] == "models":
+        argv = argv[1:]
+    parser = argparse.ArgumentParser(prog="python -m benchmarks [models]", description=__doc__)
     parser.add_argument("--trials", type=int, default=32)
     parser.add_argument("--models", nargs="*", default=DEFAULT_MODELS)
     parser.add_argument("--db", default=None, help="default: a fresh SQLite file")

@@ -93,6 +93,11 @@ class TuneFarmDatabase(PyDatabase):
             ).all()
             for wid, mod_json in rows:
                 if tvm_ffi.structural_equal(tvm.ir.load_json(mod_json), mod):
+                    if family is not None:  # a static workload first seen outside a bucket
+                        row = session.get(WorkloadRow, wid)
+                        if row is not None and row.family_shash is None:
+                            row.family_shash = family[0]
+                            row.bucket_json = json.dumps(family[1], sort_keys=True)
                     return wid
             if not create:
                 return None

@@ -45,11 +45,41 @@ class KernelDispatch:
     buckets: tuple[BucketKernel, ...] = ()
     reason: str | None = None  # why buckets are not used (when empty)
 
+    @property
+    def intervals(self) -> tuple[tuple[int, BucketKernel], ...]:
+        """``(upper, kernel)`` pairs: values up to ``upper`` (above the previous upper) run
+        ``kernel``; values above the largest bucket run the generic kernel."""
+        return choose_intervals(self.buckets)
+
     def describe(self) -> str:
         if not self.buckets:
             return f"generic ({self.reason})"
-        parts = ", ".join(f"{self.var}<={b.value}: tile {b.tile}" for b in self.buckets)
-        return f"{parts}; generic above {self.buckets[-1].value}"
+        lo, parts = 1, []
+        for upper, bk in self.intervals:
+            span = f"{self.var}={lo}" if lo == upper else f"{self.var}={lo}..{upper}"
+            parts.append(f"{span}: {self.var}{bk.value} (tile {bk.tile})")
+            lo = upper + 1
+        return f"{', '.join(parts)}; generic above {self.buckets[-1].value}"
+
+
+def choose_intervals(buckets: tuple[BucketKernel, ...]) -> tuple[tuple[int, BucketKernel], ...]:
+    """For every value up to the largest bucket, the bucket kernel with the least estimated
+    time: its measured time per row at its own bucket times the rows it computes at that value
+    (the value padded to its tile). Ties go to the smaller bucket. Consecutive values with the
+    same choice form one interval."""
+    if not buckets:
+        return ()
+    out: list[tuple[int, BucketKernel]] = []
+    for v in range(1, max(b.value for b in buckets) + 1):
+        best = min(
+            buckets,
+            key=lambda b: (b.mean_sec / b.value * -(-v // b.tile) * b.tile, b.value),
+        )
+        if out and out[-1][1] is best:
+            out[-1] = (v, best)
+        else:
+            out.append((v, best))
+    return tuple(out)
 
 
 @dataclass
@@ -75,6 +105,8 @@ def _plan(name: str, func: tirx.PrimFunc, target: Any, db: TuneFarmDatabase) -> 
         if found is None:
             continue
         record, level, mean_sec = found
+        if not any(inst.kind.name != "EnterPostproc" for inst in record.trace.insts):
+            continue  # the default schedule won: the generic kernel is that schedule already
         rk: RangeKernel | None = transplant(norm["main"], record.trace, var.name)
         if rk is None:
             continue
@@ -86,6 +118,7 @@ def _plan(name: str, func: tirx.PrimFunc, target: Any, db: TuneFarmDatabase) -> 
             rk.func.without_attr("global_symbol")
             .with_attr("tirx.is_scheduled", True)
             .with_attr("tunefarm.bucket", f"{var.name}={value}")
+            .with_attr("tunefarm.tile", rk.tile)
         )
         plan.kernels.append((BucketKernel(value, rk.tile, kname, level, mean_sec), kernel))
     if not plan.kernels:
@@ -93,16 +126,6 @@ def _plan(name: str, func: tirx.PrimFunc, target: Any, db: TuneFarmDatabase) -> 
     else:
         plan.dispatch = KernelDispatch(name, var.name, tuple(k for k, _ in plan.kernels))
     return plan
-
-
-def _var_axes(shape: relax.ShapeExpr | Any, model_var: str) -> list[int]:
-    axes = []
-    for i, dim in enumerate(shape.values):
-        if not isinstance(dim, tirx.IntImm) and any(
-            v.name == model_var for v in tirx.analysis.undefined_vars(dim)
-        ):
-            axes.append(i)
-    return axes
 
 
 def _model_var(sinfo: relax.TensorType, kernel_shape: list[Any], name: str) -> Any:
@@ -239,11 +262,13 @@ def add_dispatch(
             )
             for bk in plan.dispatch.buckets
         ]
+        by_value = dict(branches)
         fparams = [relax.Var(p.name, p.ty) for p in params]
         generic = relax.call_tir(call.args[0], fparams, out_sinfo)
         body: relax.Expr = generic
-        for value, gv in reversed(branches):
-            cond = relax.prim_value(model_var <= value)
+        for upper, bk in reversed(plan.dispatch.intervals):
+            gv = by_value[bk.value]
+            cond = relax.prim_value(model_var <= upper)
             body = relax.If(cond, _seq(relax.Call(gv, fparams), out_sinfo), _seq(body, out_sinfo))
         fb = relax.BlockBuilder()
         with fb.function(tag, fparams, private=True):

@@ -379,8 +379,9 @@ def _search(
 
 def trials_per_round(cap: int, remaining: int, n_tasks: int) -> int:
     """Candidates per search round: at most ``cap``, small enough that every task gets about
-    two rounds of the budget (the gradient scheduler starts with one round per task)."""
-    return max(1, min(cap, remaining // (2 * n_tasks) or 1))
+    two rounds of the budget (the gradient scheduler starts with one round per task), and at
+    least 4 (or the whole remaining budget): each round pays a full evolutionary search."""
+    return max(min(4, remaining), min(cap, remaining // (2 * n_tasks)))
 
 
 def _user() -> str | None:

@@ -9,6 +9,7 @@ from database import Storage, TuneFarmDatabase
 from tests.conftest import DATA
 from tuner.bench import bench, sweep_values
 from tuner.compile import apply_database, compile
+from tuner.dispatch import BucketKernel, add_dispatch, choose_intervals
 from tuner.errors import TuneFarmError
 from tuner.model import load_model
 from tuner.pipeline import normalize, prepare
@@ -37,6 +38,16 @@ def test_sweep_values_cover_on_and_off_bucket() -> None:
     assert sweep_values([1, 8, 32]) == [1, 5, 8, 21, 32, 65]
 
 
+def test_dispatch_intervals_pick_the_cheapest_padded_kernel() -> None:
+    b1 = BucketKernel(1, 1, "k_n1", "exact", 10e-6)  # 10 us per row
+    b8 = BucketKernel(8, 8, "k_n8", "exact", 40e-6)  # 5 us per row, but pads to 8 rows
+    b32 = BucketKernel(32, 16, "k_n32", "exact", 96e-6)  # 3 us per row, tile 16
+    got = [(upper, bk.value) for upper, bk in choose_intervals((b1, b8, b32))]
+    # v<=4: 10v us vs 40 us (a tie at 4 goes to the smaller bucket); v=5..8: b8 at 40 us
+    # beats b32's 16 padded rows (48 us); v=9..32: b32 (3 us a row, tile 16) beats b8
+    assert got == [(4, 1), (8, 8), (32, 32)]
+
+
 @pytest.mark.slow
 @pytest.mark.ray
 def test_correct_for_every_value_and_dispatch_is_observable(dyn_tuned_db, llvm_target) -> None:
@@ -47,11 +58,24 @@ def test_correct_for_every_value_and_dispatch_is_observable(dyn_tuned_db, llvm_t
     for value, res in zip(values, results, strict=True):
         assert res.agree, (value, res.max_abs_err)  # matmul+bias+relu, softmax over n, n x n
         assert res.reference == "numpy"
-    used = {v: r.kernels["fused_matmul_add_relu"] for v, r in zip(values, results, strict=True)}
-    assert {used[1], used[3], used[4]} == {"n4"}
-    assert {used[5], used[13], used[16]} == {"n16"}
-    assert {used[17], used[40]} == {"generic"}
+    # what ran (observed through the VM's instrument) is what the dispatch rule says
+    _, plans = add_dispatch(prepare(model.mod, llvm_target), llvm_target, db)
+    observed = set()
+    for value, res in zip(values, results, strict=True):
+        for kernel, ran in res.kernels.items():
+            expected = next(
+                (f"n{bk.value}" for upper, bk in plans[kernel].intervals if value <= upper),
+                "generic",
+            )
+            assert ran == expected, (kernel, value, ran, expected)
+            observed.add((kernel, ran))
     assert all(r.kernels["softmax"] == "generic" for r in results)
+    assert all(r.kernels["fused_matmul_add_relu"] == "generic" for r in results[-2:])
+    assert any(ran != "generic" for _, ran in observed)  # bucket kernels do run
+    per_kernel = {}
+    for kernel, ran in observed:
+        per_kernel.setdefault(kernel, set()).add(ran)
+    assert max(len(v) for v in per_kernel.values()) >= 2  # one kernel, different variants
 
 
 @pytest.mark.slow
@@ -71,7 +95,8 @@ def test_range_kernels_are_predicate_free_and_reported(dyn_tuned_db, llvm_target
     _, report = compile(model.mod, llvm_target, db)
     by_name = {k.name: k for k in report.kernels}
     assert by_name["fused_matmul_add_relu"].source == "buckets"
-    assert "n<=4" in by_name["fused_matmul_add_relu"].dispatch
+    rule = by_name["fused_matmul_add_relu"].dispatch
+    assert rule.startswith("n=1..") and "generic above" in rule
     assert by_name["softmax"].source == "untuned"
     assert "reduces over n" in by_name["softmax"].dispatch
     with pytest.raises(TuneFarmError, match="softmax"):

@@ -378,10 +378,11 @@ def _search(
 
 
 def trials_per_round(cap: int, remaining: int, n_tasks: int) -> int:
-    """Candidates per search round: at most ``cap``, small enough that every task gets about
-    two rounds of the budget (the gradient scheduler starts with one round per task), and at
-    least 4 (or the whole remaining budget): each round pays a full evolutionary search."""
-    return max(min(4, remaining), min(cap, remaining // (2 * n_tasks)))
+    """Candidates per search round: at most ``cap``; small enough that every task gets about
+    two rounds of the budget, or at least one when the budget is tight. The gradient scheduler
+    visits tasks in order at first, so a larger round would spend the budget on the first
+    tasks and leave later buckets untuned."""
+    return max(1, min(cap, remaining // (2 * n_tasks) or remaining // n_tasks or 1))
 
 
 def _user() -> str | None:

@@ -202,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"  range kernel {k['kernel']} @ {k['bucket']} (tile {k['tile']}): "
                 f"{k['range_vs_static']:.2f}x the static kernel's speed"
             )
-    name = f"{dt.date.today()}-{socket.gethostname()}-symbolic.json"
+    models = "-".join(args.models)
+    name = f"{dt.date.today()}-{socket.gethostname()}-symbolic-{models}.json"
     path = ROOT / "benchmarks" / "results" / name
     path.write_text(json.dumps(out, indent=2))
     console.print(f"wrote {path}")

@@ -31,7 +31,7 @@ from rich.table import Table
 
 from database import Storage, TuneFarmDatabase
 from tuner.bench import bench, sweep_values
-from tuner.buckets import bucket_tasks, choose_buckets
+from tuner.buckets import bucket_tasks, choose_buckets, upper_bounds
 from tuner.compile import apply_database
 from tuner.fastimport import preload_tensor_intrin
 from tuner.job import TuneConfig, tune
@@ -129,7 +129,7 @@ def run_model(key: str, trials_per_task: int, console: Console, db_url: str) -> 
     )
     db = TuneFarmDatabase(storage)
     (var, values) = next(iter(choose_buckets(model.mod, buckets).items()))
-    sweep = sweep_values(values)
+    sweep = sweep_values(values, upper_bounds(model.mod).get(var))
     results = bench(model, target, db, [{var: v} for v in sweep], repeat=5, min_repeat_ms=50)
     per_value = []
     for v, r in zip(sweep, results, strict=True):

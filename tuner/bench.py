@@ -50,13 +50,16 @@ class BenchResult:
         return out
 
 
-def sweep_values(buckets: list[int]) -> list[int]:
-    """The buckets plus off-bucket values: between neighbours, and above the largest."""
+def sweep_values(buckets: list[int], bound: int | None = None) -> list[int]:
+    """The buckets plus off-bucket values: between neighbours, and above the largest (at most
+    ``bound``, the variable's ``tir_var_upper_bound``)."""
     out = set(buckets)
     for lo, hi in itertools.pairwise(buckets):
         if hi - lo > 1:
             out.add((lo + hi) // 2 + 1)
-    out.add(buckets[-1] * 2 + 1)
+    above = buckets[-1] * 2 + 1 if bound is None else min(buckets[-1] * 2 + 1, bound)
+    if above > buckets[-1]:
+        out.add(above)
     return sorted(out)
 
 
@@ -204,6 +207,15 @@ def bench(
     each shape (values of the symbolic variables)."""
     if target.kind.name != "llvm":
         raise TuneFarmError("tunefarm bench runs locally on the CPU; use an llvm target")
+    from tuner.buckets import upper_bounds
+
+    bounds = upper_bounds(model.mod)
+    for shape in shapes or []:
+        for name, value in shape.items():
+            if name in bounds and value > bounds[name]:
+                raise TuneFarmError(
+                    f"{name}={value} exceeds the model's tir_var_upper_bound {bounds[name]}"
+                )
     untuned, _ = compile(model.mod, target, None)
     tuned_ex, report = compile(model.mod, target, db)
     untuned_vm, tuned_vm = _VM(untuned), _VM(tuned_ex)

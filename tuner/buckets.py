@@ -81,6 +81,11 @@ def choose_buckets(
     out = {}
     for name in names:
         if name in cli:
+            if name in bounds and cli[name][-1] > bounds[name]:
+                raise TuneFarmError(
+                    f"--shape {name}={cli[name][-1]} exceeds the model's tir_var_upper_bound "
+                    f"{bounds[name]}"
+                )
             out[name] = cli[name]
         elif name in model_defaults:
             out[name] = sorted(set(model_defaults[name]))

@@ -221,15 +221,16 @@ def bench(
 
     from tuner.bench import bench as run_bench
     from tuner.bench import sweep_values
-    from tuner.buckets import choose_buckets, parse_shape_options
+    from tuner.buckets import choose_buckets, parse_shape_options, upper_bounds
     from tuner.model import load_model
     from tuner.targets import resolve_target
 
     tgt = resolve_target(target, arch)
     loaded = load_model(model, entry)
     given = parse_shape_options(shape or [])
+    bounds = upper_bounds(loaded.mod)
     values = {
-        name: given.get(name) or sweep_values(buckets)
+        name: given.get(name) or sweep_values(buckets, bounds.get(name))
         for name, buckets in choose_buckets(loaded.mod, given, loaded.shape_vars).items()
     }
     shapes = [

@@ -31,6 +31,8 @@ def test_bucket_precedence() -> None:
     assert got == {"b": [2, 4], "s": [16]}
     with pytest.raises(TuneFarmError, match="unknown variable"):
         choose_buckets(mod, {"n": [1]})
+    with pytest.raises(TuneFarmError, match="exceeds the model's tir_var_upper_bound 8"):
+        choose_buckets(mod, {"b": [4, 16]})
 
 
 def test_tasks_are_tuned_per_bucket_they_depend_on(llvm_target) -> None:

@@ -36,6 +36,8 @@ def test_pad_kernel_replaces_the_dim_by_a_tile_multiple(llvm_target) -> None:
 
 def test_sweep_values_cover_on_and_off_bucket() -> None:
     assert sweep_values([1, 8, 32]) == [1, 5, 8, 21, 32, 65]
+    assert sweep_values([16, 64, 128], bound=256) == [16, 41, 64, 97, 128, 256]
+    assert sweep_values([1, 8], bound=8) == [1, 5, 8]  # nothing above the bound
 
 
 def test_dispatch_intervals_pick_the_cheapest_padded_kernel() -> None:

@@ -14,13 +14,15 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     String,
     Text,
     UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-SCHEMA_VERSION = 1
+# Bumped with every Alembic revision in database/migrations/versions (revision "000N" is N).
+SCHEMA_VERSION = 3
 
 
 def utcnow() -> dt.datetime:
@@ -84,6 +86,8 @@ class RecordRow(Base):
         UniqueConstraint("workload_id", "target_key", "candidate_hash", name="uq_record_candidate"),
         Index("ix_record_best", "workload_id", "target_key", "mean_sec"),
         Index("ix_record_candidate", "candidate_hash", "target_key"),
+        Index("ix_record_device", "workload_id", "device_key", "mean_sec"),
+        Index("ix_record_arch", "workload_id", "target_kind", "target_arch", "mean_sec"),
     )
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     workload_id: Mapped[int] = mapped_column(ForeignKey("workloads.id", ondelete="CASCADE"))
@@ -98,6 +102,8 @@ class RecordRow(Base):
     target_kind: Mapped[str] = mapped_column(String(32), index=True)
     target_arch: Mapped[str | None] = mapped_column(String(64))
     device: Mapped[str | None] = mapped_column(Text)
+    # sha1 of ``device`` (the fingerprint), for the exact-device lookup level.
+    device_key: Mapped[str | None] = mapped_column(String(40))
     worker: Mapped[str | None] = mapped_column(String(256))
     job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
     error_kind: Mapped[str | None] = mapped_column(String(32))
@@ -106,3 +112,27 @@ class RecordRow(Base):
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
     workload: Mapped[WorkloadRow] = relationship(back_populates="records")
+
+
+class CostModelSnapshot(Base):
+    """A trained cost model for one target kind and architecture, shared by every job.
+
+    ``model_blob`` is XGBoost's own UBJSON model (never a pickle); ``trained_on`` names the
+    records it was trained on (id range, count, hash), ``metrics_json`` how good it was.
+    """
+
+    __tablename__ = "cost_model_snapshots"
+    __table_args__ = (Index("ix_snapshot_target", "target_kind", "target_arch", "created_at"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    target_kind: Mapped[str] = mapped_column(String(32))
+    target_arch: Mapped[str | None] = mapped_column(String(64))
+    format_version: Mapped[int] = mapped_column(Integer)
+    tvm_version: Mapped[str] = mapped_column(String(64))
+    xgboost_version: Mapped[str] = mapped_column(String(64))
+    feature_version: Mapped[int] = mapped_column(Integer)
+    n_records: Mapped[int] = mapped_column(Integer)
+    trained_on: Mapped[str] = mapped_column(Text)
+    metrics_json: Mapped[str | None] = mapped_column(Text)
+    model_blob: Mapped[bytes] = mapped_column(LargeBinary)
+    created_by: Mapped[str | None] = mapped_column(String(128))

@@ -7,6 +7,8 @@ MetaSchedule, lookups are target-aware: records of another target kind are never
 
 from __future__ import annotations
 
+import datetime as dt
+import hashlib
 import json
 import math
 import statistics
@@ -15,7 +17,7 @@ from typing import Any
 
 import tvm
 import tvm_ffi
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 from tvm.ir import IRModule
@@ -26,7 +28,9 @@ from database.models import JobRow, RecordRow, WorkloadRow
 from database.storage import Storage
 from database.targets import TargetKey
 
-LOOKUP_LEVELS = ("exact", "arch", "kind")
+# Lookup levels, most specific first: the same device (fingerprint) and target, the same
+# target, the same target kind and architecture, the same target kind. Never across kinds.
+LOOKUP_LEVELS = ("device", "target", "arch", "kind")
 
 
 def shash_of(obj: Any) -> str:
@@ -50,6 +54,7 @@ class Measurement:
     worker: str | None = None
     job_id: int | None = None
     build_sec: float | None = None
+    created_at: dt.datetime | None = None  # kept by import and merge; now when None
 
     def __post_init__(self) -> None:
         if self.error_kind is None:
@@ -58,19 +63,142 @@ class Measurement:
                 raise ValueError(f"a valid measurement needs positive finite run times: {secs}")
 
 
+def device_key(device: str | None) -> str | None:
+    """The indexed key of a device fingerprint."""
+    return hashlib.sha1(device.encode()).hexdigest() if device else None
+
+
+@dataclass(frozen=True)
+class WorkloadInfo:
+    """What is stored with a workload besides its module."""
+
+    task_name: str | None = None
+    family: tuple[str, dict[str, int]] | None = None
+
+
+def workload_row_id(
+    session: Session,
+    mod: IRModule,
+    *,
+    shash: str,
+    create: bool,
+    task_name: str | None = None,
+    family: tuple[str, dict[str, int]] | None = None,
+) -> int | None:
+    """Find (or with ``create`` add) the workload row of ``mod`` inside ``session``.
+
+    Workloads are matched by structural equality, so there is no unique constraint to lean
+    on: PostgreSQL serializes creators of one hash with a transaction advisory lock, SQLite
+    with its write transactions (BEGIN IMMEDIATE).
+    """
+    if create and session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": int(shash, 16) - 2**63})
+    rows = session.execute(
+        select(WorkloadRow.id, WorkloadRow.mod_json).where(WorkloadRow.shash == shash)
+    ).all()
+    for wid, mod_json in rows:
+        if tvm_ffi.structural_equal(tvm.ir.load_json(mod_json), mod):
+            if family is not None:  # a static workload first seen outside a bucket
+                row = session.get(WorkloadRow, wid)
+                if row is not None and row.family_shash is None:
+                    row.family_shash = family[0]
+                    row.bucket_json = json.dumps(family[1], sort_keys=True)
+            return wid
+    if not create:
+        return None
+    row = WorkloadRow(
+        shash=shash,
+        mod_json=tvm.ir.save_json(mod),
+        task_name=task_name,
+        family_shash=family[0] if family else None,
+        bucket_json=json.dumps(family[1], sort_keys=True) if family else None,
+        flops=_flops(mod),
+        tvm_version=tvm.__version__,
+    )
+    session.add(row)
+    session.flush()
+    return row.id
+
+
+def record_values(m: Measurement, wid: int) -> dict[str, Any]:
+    """The column values of a measurement's record row."""
+    tkey = TargetKey.of(m.target)
+    secs = m.run_secs if m.error_kind is None else None
+    return {
+        "workload_id": wid,
+        "candidate_hash": m.candidate_hash,
+        "trace_json": json.dumps(m.trace_json),
+        "args_info_json": json.dumps(m.args_info_json),
+        "run_secs_json": json.dumps(secs) if secs else None,
+        "mean_sec": statistics.fmean(secs) if secs else None,
+        "std_sec": statistics.pstdev(secs) if secs else None,
+        "target_key": tkey.key,
+        "target_json": tkey.json,
+        "target_kind": tkey.kind,
+        "target_arch": tkey.arch,
+        "device": m.device,
+        "device_key": device_key(m.device),
+        "worker": m.worker,
+        "job_id": m.job_id,
+        "error_kind": m.error_kind,
+        "error_msg": (m.error_msg or "")[:2000] or None,
+        "build_sec": m.build_sec,
+        **({"created_at": m.created_at} if m.created_at is not None else {}),
+    }
+
+
+def _best_queries() -> dict[str, Any]:
+    """One prepared statement per lookup level, each served by one index."""
+    cols = (
+        RecordRow.trace_json,
+        RecordRow.run_secs_json,
+        RecordRow.target_json,
+        RecordRow.args_info_json,
+        RecordRow.mean_sec,
+    )
+    base = (
+        select(*cols)
+        .where(RecordRow.workload_id == bindparam("wid"), RecordRow.mean_sec.is_not(None))
+        .order_by(RecordRow.mean_sec)
+        .limit(1)
+    )
+    return {
+        "device": base.where(
+            RecordRow.device_key == bindparam("dkey"), RecordRow.target_key == bindparam("tkey")
+        ),
+        "target": base.where(RecordRow.target_key == bindparam("tkey")),
+        "arch": base.where(
+            RecordRow.target_kind == bindparam("kind"), RecordRow.target_arch == bindparam("arch")
+        ),
+        "kind": base.where(RecordRow.target_kind == bindparam("kind")),
+    }
+
+
+_BEST_QUERIES = _best_queries()
+_EMPTY_TRACE = json.dumps([[], []])  # the untuned default schedule, as tune records it
+
+
 @derived_object
 class TuneFarmDatabase(PyDatabase):
     """A MetaSchedule database stored in SQL (SQLite or PostgreSQL).
 
-    ``target`` scopes what the search sees (``get_top_k``) to records of that exact target.
+    ``target`` scopes what the search sees (``get_top_k``) to records of that exact target;
+    ``device`` (a fingerprint) enables the exact-device level of ``best``.
     """
 
-    def __init__(self, storage: Storage, target: tvm.target.Target | None = None) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        target: tvm.target.Target | None = None,
+        device: str | None = None,
+    ) -> None:
         super().__init__()
         self.storage = storage
         self.scope = TargetKey.of(target) if target is not None else None
+        self.device = device
         self._ids: dict[str, list[tuple[IRModule, int]]] = {}
         self._workloads: dict[int, Workload] = {}
+        self._by_identity: dict[int, tuple[IRModule, int]] = {}  # holds mod: ids stay unique
 
     # ---------------------------------------------------------------- workloads
     def workload_id(
@@ -82,41 +210,23 @@ class TuneFarmDatabase(PyDatabase):
         family: tuple[str, dict[str, int]] | None = None,
     ) -> int | None:
         """The row id of ``mod``'s workload; with ``create``, add it when missing."""
+        same = self._by_identity.get(id(mod))
+        if same is not None and same[0] is mod:
+            return same[1]
         shash = shash_of(mod)
         for known, wid in self._ids.get(shash, []):
             if tvm_ffi.structural_equal(known, mod):
+                self._by_identity[id(mod)] = (mod, wid)
                 return wid
-
-        def find(session: Session) -> int | None:
-            rows = session.execute(
-                select(WorkloadRow.id, WorkloadRow.mod_json).where(WorkloadRow.shash == shash)
-            ).all()
-            for wid, mod_json in rows:
-                if tvm_ffi.structural_equal(tvm.ir.load_json(mod_json), mod):
-                    if family is not None:  # a static workload first seen outside a bucket
-                        row = session.get(WorkloadRow, wid)
-                        if row is not None and row.family_shash is None:
-                            row.family_shash = family[0]
-                            row.bucket_json = json.dumps(family[1], sort_keys=True)
-                    return wid
-            if not create:
-                return None
-            row = WorkloadRow(
-                shash=shash,
-                mod_json=tvm.ir.save_json(mod),
-                task_name=task_name,
-                family_shash=family[0] if family else None,
-                bucket_json=json.dumps(family[1], sort_keys=True) if family else None,
-                flops=_flops(mod),
-                tvm_version=tvm.__version__,
-            )
-            session.add(row)
-            session.flush()
-            return row.id
-
-        wid = self.storage.run(find)
+        wid = self.storage.run(
+            lambda s: workload_row_id(
+                s, mod, shash=shash, create=create, task_name=task_name, family=family
+            ),
+            write=create or family is not None,
+        )
         if wid is not None:
             self._ids.setdefault(shash, []).append((mod, wid))
+            self._by_identity[id(mod)] = (mod, wid)
         return wid
 
     def _workload(self, wid: int, mod: IRModule) -> Workload:
@@ -152,35 +262,83 @@ class TuneFarmDatabase(PyDatabase):
     def add(self, m: Measurement) -> bool:
         """Store one measurement; False when that candidate was already stored."""
         wid = self.workload_id(m.workload.mod, create=True)
-        tkey = TargetKey.of(m.target)
-        secs = m.run_secs if m.error_kind is None else None
-        values = {
-            "workload_id": wid,
-            "candidate_hash": m.candidate_hash,
-            "trace_json": json.dumps(m.trace_json),
-            "args_info_json": json.dumps(m.args_info_json),
-            "run_secs_json": json.dumps(secs) if secs else None,
-            "mean_sec": statistics.fmean(secs) if secs else None,
-            "std_sec": statistics.pstdev(secs) if secs else None,
-            "target_key": tkey.key,
-            "target_json": tkey.json,
-            "target_kind": tkey.kind,
-            "target_arch": tkey.arch,
-            "device": m.device,
-            "worker": m.worker,
-            "job_id": m.job_id,
-            "error_kind": m.error_kind,
-            "error_msg": (m.error_msg or "")[:2000] or None,
-            "build_sec": m.build_sec,
-        }
+        assert wid is not None
+        stmt = self._insert_record(record_values(m, wid))
+        return self.storage.run(lambda s: s.execute(stmt).scalar()) is not None
+
+    def add_many(
+        self,
+        items: list[tuple[Measurement, WorkloadInfo]],
+        *,
+        job: dict[str, Any] | None = None,
+        copy_jobs: list[dict[str, Any]] | None = None,
+    ) -> int:
+        """Store measurements with their workloads in ONE transaction; returns how many were new.
+
+        Used by import and merge: either everything lands or nothing does. ``job`` creates a
+        job row that the records point to; ``copy_jobs`` copies other jobs (each with its
+        ``old_id``), and records' ``job_id`` are mapped from the old ids to the copies.
+        """
+
+        def write(session: Session) -> int:
+            import_job: int | None = None
+            if job is not None:
+                row = JobRow(**job)
+                session.add(row)
+                session.flush()
+                import_job = row.id
+            pending = {fields["old_id"]: fields for fields in copy_jobs or []}
+            copied: dict[int, int] = {}
+
+            def copy_of(old: int) -> int | None:
+                # a teammate's job is copied once, and only when one of its records is new
+                if old not in copied and old in pending:
+                    fields = {k: v for k, v in pending[old].items() if k != "old_id"}
+                    row = JobRow(**fields)
+                    session.add(row)
+                    session.flush()
+                    copied[old] = row.id
+                return copied.get(old)
+
+            added = 0
+            ids: dict[int, int] = {}
+            for m, info in items:
+                key = id(m.workload.mod)
+                if key not in ids:
+                    wid = workload_row_id(
+                        session,
+                        m.workload.mod,
+                        shash=shash_of(m.workload.mod),
+                        create=True,
+                        task_name=info.task_name,
+                        family=info.family,
+                    )
+                    assert wid is not None
+                    ids[key] = wid
+                values = record_values(m, ids[key])
+                values["job_id"] = import_job
+                rid = session.execute(self._insert_record(values)).scalar()
+                if rid is None:
+                    continue
+                added += 1
+                if m.job_id is not None and copy_jobs is not None:
+                    session.execute(
+                        update(RecordRow)
+                        .where(RecordRow.id == rid)
+                        .values(job_id=copy_of(m.job_id))
+                    )
+            return added
+
+        return self.storage.run(write)
+
+    def _insert_record(self, values: dict[str, Any]) -> Any:
         insert = postgresql.insert if self.storage.dialect == "postgresql" else sqlite.insert
-        stmt = (
+        return (
             insert(RecordRow)
             .values(**values)
             .on_conflict_do_nothing(index_elements=["workload_id", "target_key", "candidate_hash"])
             .returning(RecordRow.id)
         )
-        return self.storage.run(lambda s: s.execute(stmt).scalar()) is not None
 
     def _to_record(self, row: RecordRow, workload: Workload) -> TuningRecord:
         return TuningRecord.from_json(
@@ -207,7 +365,7 @@ class TuneFarmDatabase(PyDatabase):
         )
         if self.scope is not None:
             query = query.where(RecordRow.target_key == self.scope.key)
-        rows = self.storage.run(lambda s: list(s.scalars(query)))
+        rows = self.storage.run(lambda s: list(s.scalars(query)), write=False)
         return [self._to_record(row, workload) for row in rows]
 
     def get_all_tuning_records(self) -> list[TuningRecord]:
@@ -222,49 +380,86 @@ class TuneFarmDatabase(PyDatabase):
             )
 
         out = []
-        for row, mod_json in self.storage.run(load):
+        for row, mod_json in self.storage.run(load, write=False):
             mod = tvm.ir.load_json(mod_json)
             out.append(self._to_record(row, self._workload(row.workload_id, mod)))
         return out
 
     def __len__(self) -> int:
-        return int(self.storage.run(lambda s: s.scalar(select(func.count(RecordRow.id)))) or 0)
+        return int(
+            self.storage.run(lambda s: s.scalar(select(func.count(RecordRow.id))), write=False) or 0
+        )
 
     # ---------------------------------------------------------------- lookups
-    def best(
-        self, mod: IRModule, target: tvm.target.Target
-    ) -> tuple[TuningRecord, str, float] | None:
-        """The best valid record of ``mod`` for ``target``: (record, level, mean seconds).
-
-        Levels, most specific first: ``exact`` (same target), ``arch`` (same kind and
-        architecture), ``kind`` (same target kind). Never across target kinds.
-        """
+    def best_row(
+        self, mod: IRModule, target: tvm.target.Target, device: str | None = None
+    ) -> tuple[int, str, Any] | None:
+        """The row behind ``best``, unparsed: (workload id, level, row)."""
         wid = self.workload_id(mod)
         if wid is None:
             return None
         tkey = TargetKey.of(target)
-        base = (
-            select(RecordRow)
-            .where(
-                RecordRow.workload_id == wid,
-                RecordRow.mean_sec.is_not(None),
-                RecordRow.target_kind == tkey.kind,
-            )
-            .order_by(RecordRow.mean_sec)
-            .limit(1)
-        )
+        params = {
+            "wid": wid,
+            "dkey": device_key(device or self.device),
+            "tkey": tkey.key,
+            "kind": tkey.kind,
+            "arch": tkey.arch,
+        }
         levels = [
-            ("exact", base.where(RecordRow.target_key == tkey.key)),
-            ("arch", base.where(RecordRow.target_arch == tkey.arch)),
-            ("kind", base),
+            level
+            for level in LOOKUP_LEVELS
+            if not (level == "device" and params["dkey"] is None)
+            and not (level == "arch" and tkey.arch is None)
         ]
-        for level, query in levels:
-            if level == "arch" and tkey.arch is None:
-                continue
-            row = self.storage.run(lambda s, q=query: s.scalars(q).first())
-            if row is not None:
-                return self._to_record(row, self._workload(wid, mod)), level, row.mean_sec
-        return None
+
+        def lookup(session: Session) -> tuple[str, Any] | None:
+            conn = session.connection()
+            for level in levels:
+                row = conn.execute(_BEST_QUERIES[level], params).first()
+                if row is not None:
+                    return level, row
+            return None
+
+        found = self.storage.run(lookup, write=False)
+        return (wid, *found) if found is not None else None
+
+    def best(
+        self, mod: IRModule, target: tvm.target.Target, device: str | None = None
+    ) -> tuple[TuningRecord, str, float] | None:
+        """The best valid record of ``mod`` for ``target``: (record, level, mean seconds).
+
+        Levels (``LOOKUP_LEVELS``), most specific first: ``device`` (same target measured on a
+        device with the same fingerprint, default ``self.device``), ``target`` (same target),
+        ``arch`` (same kind and architecture), ``kind`` (same target kind). Each level is one
+        indexed query; records of another target kind are never used.
+        """
+        found = self.best_row(mod, target, device)
+        if found is None:
+            return None
+        wid, level, row = found
+        record = TuningRecord.from_json(
+            [
+                json.loads(row.trace_json),
+                json.loads(row.run_secs_json) if row.run_secs_json else None,
+                json.loads(row.target_json),
+                json.loads(row.args_info_json),
+            ],
+            self._workload(wid, mod),
+        )
+        return record, level, row.mean_sec
+
+    def default_schedule_sec(self, mod: IRModule, target: tvm.target.Target) -> float | None:
+        """Measured time of ``mod``'s untuned default schedule (an empty trace) on ``target``."""
+        wid = self.workload_id(mod)
+        if wid is None:
+            return None
+        query = select(func.min(RecordRow.mean_sec)).where(
+            RecordRow.workload_id == wid,
+            RecordRow.target_key == TargetKey.of(target).key,
+            RecordRow.trace_json == _EMPTY_TRACE,
+        )
+        return self.storage.run(lambda s: s.scalar(query), write=False)
 
     def query_tuning_record(
         self, mod: IRModule, target: tvm.target.Target, workload_name: str | None = None
@@ -277,7 +472,7 @@ class TuneFarmDatabase(PyDatabase):
         query = select(WorkloadRow.bucket_json, WorkloadRow.mod_json).where(
             WorkloadRow.family_shash == family_shash, WorkloadRow.bucket_json.is_not(None)
         )
-        rows = self.storage.run(lambda s: list(s.execute(query)))
+        rows = self.storage.run(lambda s: list(s.execute(query)), write=False)
         return [(json.loads(b), tvm.ir.load_json(m)) for b, m in rows]
 
     # ---------------------------------------------------------------- measured set
@@ -289,7 +484,7 @@ class TuneFarmDatabase(PyDatabase):
             .where(RecordRow.candidate_hash == candidate_hash, RecordRow.target_key == tkey.key)
             .limit(1)
         )
-        return self.storage.run(lambda s: s.scalars(query).first())
+        return self.storage.run(lambda s: s.scalars(query).first(), write=False)
 
     def count_records(self, mod: IRModule, target: tvm.target.Target) -> int:
         """How many candidates of ``mod`` were measured (valid or failed) on ``target``."""
@@ -300,7 +495,7 @@ class TuneFarmDatabase(PyDatabase):
         query = select(func.count(RecordRow.id)).where(
             RecordRow.workload_id == wid, RecordRow.target_key == tkey.key
         )
-        return int(self.storage.run(lambda s: s.scalar(query)) or 0)
+        return int(self.storage.run(lambda s: s.scalar(query), write=False) or 0)
 
     # ---------------------------------------------------------------- jobs
     def start_job(self, **fields: Any) -> int:

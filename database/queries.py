@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from sqlalchemy import distinct, func, select
@@ -32,4 +33,108 @@ def stats(storage: Storage) -> dict[str, Any]:
             "records_by_target_kind": {str(k): int(n) for k, n in kinds},
         }
 
-    return storage.run(count)
+    return storage.run(count, write=False)
+
+
+def list_workloads(storage: Storage, *, task: str | None = None) -> list[dict[str, Any]]:
+    """One row per workload: task, bucket, record counts and the fastest valid time."""
+
+    def load(session: Any) -> list[dict[str, Any]]:
+        valid = func.count(RecordRow.mean_sec)
+        query = (
+            select(
+                WorkloadRow.id,
+                WorkloadRow.task_name,
+                WorkloadRow.bucket_json,
+                WorkloadRow.flops,
+                func.count(RecordRow.id),
+                valid,
+                func.min(RecordRow.mean_sec),
+                func.count(distinct(RecordRow.target_key)),
+            )
+            .outerjoin(RecordRow)
+            .group_by(WorkloadRow.id)
+            .order_by(WorkloadRow.id)
+        )
+        if task:
+            query = query.where(WorkloadRow.task_name.contains(task))
+        return [
+            {
+                "id": wid,
+                "task": name,
+                "bucket": json.loads(bucket) if bucket else None,
+                "flops": flops,
+                "records": int(n),
+                "valid": int(nv),
+                "best_sec": best,
+                "targets": int(nt),
+            }
+            for wid, name, bucket, flops, n, nv, best, nt in session.execute(query)
+        ]
+
+    return storage.run(load, write=False)
+
+
+def best_records(
+    storage: Storage, *, target_kind: str | None = None, task: str | None = None
+) -> list[dict[str, Any]]:
+    """The best valid record per (workload, target), with its provenance."""
+    from database.sharing import ranked_records
+
+    def load(session: Any) -> list[dict[str, Any]]:
+        ranked = ranked_records().subquery()
+        query = (
+            select(RecordRow, WorkloadRow.task_name, WorkloadRow.bucket_json, WorkloadRow.flops)
+            .join(WorkloadRow)
+            .join(ranked, ranked.c.id == RecordRow.id)
+            .where(ranked.c.rank == 1)
+            .order_by(WorkloadRow.id, RecordRow.target_kind)
+        )
+        if target_kind:
+            query = query.where(RecordRow.target_kind == target_kind)
+        if task:
+            query = query.where(WorkloadRow.task_name.contains(task))
+        out = []
+        for row, name, bucket, flops in session.execute(query).tuples():
+            out.append(
+                {
+                    "workload_id": row.workload_id,
+                    "task": name,
+                    "bucket": json.loads(bucket) if bucket else None,
+                    "target_kind": row.target_kind,
+                    "target_arch": row.target_arch,
+                    "target": json.loads(row.target_json),
+                    "device": row.device,
+                    "worker": row.worker,
+                    "job_id": row.job_id,
+                    "mean_sec": row.mean_sec,
+                    "std_sec": row.std_sec,
+                    "gflops": flops / row.mean_sec / 1e9 if flops and row.mean_sec else None,
+                    "created_at": row.created_at.isoformat() if row.created_at else None,
+                }
+            )
+        return out
+
+    return storage.run(load, write=False)
+
+
+def list_jobs(storage: Storage) -> list[dict[str, Any]]:
+    """Every job, newest first."""
+
+    def load(session: Any) -> list[dict[str, Any]]:
+        rows = session.scalars(select(JobRow).order_by(JobRow.id.desc()))
+        return [
+            {
+                "id": j.id,
+                "name": j.name,
+                "status": j.status,
+                "budget": j.budget,
+                "trials_done": j.trials_done,
+                "submitted_by": j.submitted_by,
+                "started_at": j.started_at.isoformat() if j.started_at else None,
+                "finished_at": j.finished_at.isoformat() if j.finished_at else None,
+            }
+            for j in rows
+        ]
+
+    return storage.run(load, write=False)

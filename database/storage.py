@@ -5,17 +5,17 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from sqlalchemy import Engine, create_engine, event, inspect, select
+from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from database.errors import DatabaseError
-from database.models import SCHEMA_VERSION, Base, MetaRow
 
 DEFAULT_URL = "sqlite:///tunefarm.db"
 SUPPORTED_DIALECTS = ("sqlite", "postgresql")
@@ -55,19 +55,45 @@ def parse_url(url: str) -> URL:
     return parsed
 
 
-def _sqlite_on_connect(dbapi_conn: object, _record: object) -> None:
-    cursor = dbapi_conn.cursor()  # type: ignore[attr-defined]
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA busy_timeout=30000")
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.close()
+def sqlite_file_is_read_only(path: str) -> bool:
+    """A SQLite file nobody may write (mode bits, so it holds for root too): a schedule pack."""
+    try:
+        return not os.stat(path).st_mode & 0o222
+    except OSError:
+        return False
 
 
-def make_engine(url: str, *, must_exist: bool = False) -> Engine:
-    """Create an engine for ``url`` with TuneFarm's connection setup."""
+def _sqlite_setup(engine: Engine, *, read_only: bool) -> None:
+    """Connection setup in a connect event; transactions begun by us, not by pysqlite.
+
+    pysqlite begins a transaction lazily at the first write, so a read-then-write transaction
+    would read outside it. Emitting BEGIN ourselves makes reads part of the transaction;
+    write transactions use BEGIN IMMEDIATE so concurrent writers queue on the busy timeout
+    instead of failing on a stale snapshot.
+    """
+
+    @event.listens_for(engine, "connect")
+    def on_connect(dbapi_conn: Any, _record: object) -> None:
+        dbapi_conn.isolation_level = None
+        cursor = dbapi_conn.cursor()
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        if not read_only:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def on_begin(conn: Any) -> None:
+        write = conn.get_execution_options().get("tunefarm_write", False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write and not read_only else "BEGIN")
+
+
+def make_engine(url: str, *, must_exist: bool = False) -> tuple[Engine, bool]:
+    """An engine for ``url`` with TuneFarm's connection setup, and whether it is read-only."""
     parsed = parse_url(url)
-    kwargs: dict[str, object] = {"future": True}
+    kwargs: dict[str, Any] = {"future": True}
+    read_only = False
     if parsed.get_backend_name() == "sqlite":
         database = parsed.database or ""
         if database and database != ":memory:":
@@ -76,17 +102,24 @@ def make_engine(url: str, *, must_exist: bool = False) -> Engine:
                 raise DatabaseError(f"folder of the SQLite database does not exist: {folder}")
             if must_exist and not os.path.exists(database):
                 raise DatabaseError(f"database file does not exist: {database}")
-        kwargs["connect_args"] = {"timeout": 30}
+            read_only = sqlite_file_is_read_only(database)
+        if read_only:
+            uri = f"file:{os.path.abspath(database)}?mode=ro"
+            kwargs["creator"] = lambda: sqlite3.connect(uri, uri=True, timeout=30)
+        else:
+            kwargs["connect_args"] = {"timeout": 30}
     else:
-        kwargs["pool_pre_ping"] = True
+        # no pre-ping round trip per checkout: a dropped connection raises an invalidated
+        # DBAPIError, which ``Storage.run`` retries on a fresh connection
+        kwargs["pool_recycle"] = 1800
         kwargs["connect_args"] = {"connect_timeout": 10}
     try:
         engine = create_engine(parsed, **kwargs)
     except (NoSuchModuleError, ArgumentError, ImportError) as err:
         raise DatabaseError(f"cannot use {redact(parsed)}: {err}") from None
     if parsed.get_backend_name() == "sqlite":
-        event.listen(engine, "connect", _sqlite_on_connect)
-    return engine
+        _sqlite_setup(engine, read_only=read_only)
+    return engine, read_only
 
 
 def _is_transient(err: BaseException) -> bool:
@@ -106,65 +139,72 @@ def _is_transient(err: BaseException) -> bool:
 
 
 class Storage:
-    """An engine plus a session factory; ``transaction`` retries transient failures."""
+    """An engine plus a session factory; ``run`` retries transient failures.
 
-    def __init__(self, url: str | None = None, *, create: bool = True) -> None:
+    ``create`` makes the schema in a new database (and stamps it with the newest migration);
+    without it the database must exist. Either way an existing database must be at the
+    newest schema revision, or opening it fails naming ``tunefarm db upgrade``.
+    """
+
+    def __init__(
+        self, url: str | None = None, *, create: bool = True, check_schema: bool = True
+    ) -> None:
+        from database import migrate
+
         self.url = url or default_url()
-        self.engine = make_engine(self.url, must_exist=not create)
+        self.engine, self.read_only = make_engine(self.url, must_exist=not create)
         self.dialect = self.engine.dialect.name
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self.busy_sec = 0.0  # time spent in transactions, for the job's overhead figures
+        self.calls = 0
         try:
-            if create:
-                self._create_schema()
-            else:
-                self._check_reachable()
+            if create and not self.read_only and not migrate.has_tables(self.engine):
+                migrate.create(self.engine)
+            elif not migrate.has_tables(self.engine):
+                raise DatabaseError(f"{redact(self.url)} is not a TuneFarm database (no tables)")
+            elif check_schema:
+                migrate.check_current(self.engine, redact(self.url))
         except OperationalError as err:
             raise DatabaseError(
                 f"cannot open {redact(self.url)}: {_first_line(err.orig or err)}"
             ) from None
 
-    def _check_reachable(self) -> None:
-        if "tuning_records" not in inspect(self.engine).get_table_names():
-            raise DatabaseError(f"{redact(self.url)} is not a TuneFarm database (no tables)")
-
-    def _create_schema(self) -> None:
-        tables = set(inspect(self.engine).get_table_names())
-        if "tuning_records" not in tables:
-            Base.metadata.create_all(self.engine)
-            with self.transaction() as session:
-                session.merge(MetaRow(key="schema_version", value=str(SCHEMA_VERSION)))
-            return
-        with self.transaction() as session:
-            version = session.scalar(select(MetaRow.value).where(MetaRow.key == "schema_version"))
-        if version is None or int(version) != SCHEMA_VERSION:
-            raise DatabaseError(
-                f"{redact(self.url)} has schema version {version}, this TuneFarm needs "
-                f"{SCHEMA_VERSION}"
-            )
-
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[Session]:
+    def transaction(self, *, write: bool = True) -> Iterator[Session]:
         """One transaction: commit on success, roll back on error."""
         with self._sessions() as session, session.begin():
+            if write:  # SQLite: BEGIN IMMEDIATE (see _sqlite_setup); reads begin plainly
+                session.connection(execution_options={"tunefarm_write": True})
             yield session
 
-    def run(self, fn: Callable[[Session], T], *, attempts: int = 8) -> T:
+    def run(self, fn: Callable[[Session], T], *, write: bool = True, attempts: int = 8) -> T:
         """Run ``fn`` in a transaction, retrying the whole of it on transient errors."""
-        for attempt in range(attempts):
-            try:
-                with self.transaction() as session:
-                    return fn(session)
-            except (OperationalError, DBAPIError) as err:
-                if not _is_transient(err) or attempt == attempts - 1:
-                    raise DatabaseError(
-                        f"database error on {redact(self.url)}: {_first_line(err.orig or err)}"
-                    ) from None
-                time.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
-        raise AssertionError("unreachable")
+        start = time.perf_counter()
+        try:
+            for attempt in range(attempts):
+                try:
+                    with self.transaction(write=write) as session:
+                        return fn(session)
+                except (OperationalError, DBAPIError) as err:
+                    if not _is_transient(err) or attempt == attempts - 1:
+                        raise DatabaseError(_describe(err, redact(self.url))) from None
+                    time.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
+            raise AssertionError("unreachable")
+        finally:
+            self.busy_sec += time.perf_counter() - start
+            self.calls += 1
 
     def dispose(self) -> None:
         """Close all pooled connections."""
         self.engine.dispose()
+
+
+def _describe(err: BaseException, where: str) -> str:
+    text = _first_line(getattr(err, "orig", None) or err)
+    low = text.lower()
+    if "readonly database" in low or "read-only" in low or "permission denied" in low:
+        return f"{where} is read-only: {text}"
+    return f"database error on {where}: {text}"
 
 
 def _first_line(err: BaseException) -> str:

@@ -1,0 +1,382 @@
+"""Moving schedules between databases: stock MetaSchedule files, teammates' databases, packs.
+
+Everything read is data: workloads and traces are parsed from TVM's JSON forms (never
+unpickled or evaluated), and every write happens in one transaction, so a bad input line
+or a failing merge leaves the database exactly as it was.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tvm
+from sqlalchemy import Select, delete, func, select
+from sqlalchemy.orm import Session
+from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord, Workload
+
+from database.errors import DatabaseError
+from database.models import JobRow, MetaRow, RecordRow, WorkloadRow, utcnow
+from database.ms_database import (
+    Measurement,
+    TuneFarmDatabase,
+    WorkloadInfo,
+    candidate_hash_of_trace,
+)
+from database.storage import Storage, redact
+
+WORKLOAD_FILE = "database_workload.json"
+RECORD_FILE = "database_tuning_record.json"
+FAILED_RUN_SEC = 1e9  # stock MetaSchedule stores a failed run as 1e10 seconds
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """What an import, export or merge moved."""
+
+    workloads: int
+    records: int  # records read
+    added: int  # records that were new at the destination
+
+    def to_dict(self) -> dict[str, int]:
+        return {"workloads": self.workloads, "records": self.records, "added": self.added}
+
+
+def ranked_records(*, per_device: bool = False) -> Select[Any]:
+    """Valid records with their rank (1 = fastest) per (workload, target[, device])."""
+    keys = [RecordRow.workload_id, RecordRow.target_key]
+    if per_device:
+        keys.append(RecordRow.device_key)
+    rank = func.row_number().over(partition_by=keys, order_by=RecordRow.mean_sec)
+    return select(RecordRow.id, rank.label("rank")).where(RecordRow.mean_sec.is_not(None))
+
+
+def best_record_ids(session: Session) -> list[int]:
+    """Ids of the best valid record per (workload, target)."""
+    ranked = ranked_records().subquery()
+    return list(session.scalars(select(ranked.c.id).where(ranked.c.rank == 1)))
+
+
+def _stream(
+    session: Session, ids: list[int] | None
+) -> Iterator[tuple[RecordRow, str, WorkloadRow]]:
+    query = select(RecordRow, WorkloadRow).join(WorkloadRow).order_by(RecordRow.id)
+    if ids is not None:
+        query = query.where(RecordRow.id.in_(ids))
+    for row, wl in session.execute(query).tuples():
+        yield row, wl.mod_json, wl
+
+
+# ------------------------------------------------------------------ stock MetaSchedule files
+def export_metaschedule(storage: Storage, out_dir: Path, *, best_only: bool = False) -> Transfer:
+    """Write valid records as stock ``JSONDatabase`` files (workloads + tuning records)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / WORKLOAD_FILE, out_dir / RECORD_FILE]
+    if any(p.exists() and p.stat().st_size for p in paths):
+        raise DatabaseError(f"{out_dir} already holds a MetaSchedule database; choose an empty one")
+
+    def load(session: Session) -> list[tuple[RecordRow, str, WorkloadRow]]:
+        ids = best_record_ids(session) if best_only else None
+        return [r for r in _stream(session, ids) if r[0].mean_sec is not None]
+
+    rows = storage.run(load, write=False)
+    stock = JSONDatabase(str(paths[0]), str(paths[1]), allow_missing=True)
+    workloads: dict[int, Workload] = {}
+    for row, mod_json, _wl in rows:
+        if row.workload_id not in workloads:
+            workloads[row.workload_id] = stock.commit_workload(tvm.ir.load_json(mod_json))
+        stock.commit_tuning_record(
+            TuningRecord.from_json(
+                [
+                    json.loads(row.trace_json),
+                    json.loads(row.run_secs_json or "null"),
+                    json.loads(row.target_json),
+                    json.loads(row.args_info_json),
+                ],
+                workloads[row.workload_id],
+            )
+        )
+    return Transfer(workloads=len(workloads), records=len(rows), added=len(rows))
+
+
+def _lines(path: Path) -> Iterator[tuple[int, Any]]:
+    try:
+        handle = path.open(encoding="utf-8")
+    except OSError as err:
+        raise DatabaseError(f"cannot read {path}: {err.strerror}") from None
+    with handle:
+        for lineno, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                yield lineno, json.loads(line)
+            except json.JSONDecodeError as err:
+                raise DatabaseError(f"{path}:{lineno}: not valid JSON ({err.msg})") from None
+
+
+def _run_secs(value: Any, where: str) -> list[float] | None:
+    """Validated run times; None for a failed run (stock's 1e10 s)."""
+    if not isinstance(value, list) or not value:
+        raise DatabaseError(f"{where}: empty or missing run times")
+    try:
+        secs = [float(s) for s in value]
+    except (TypeError, ValueError):
+        raise DatabaseError(f"{where}: run times are not numbers: {value!r}"[:200]) from None
+    if any(not math.isfinite(s) or s <= 0 for s in secs):
+        raise DatabaseError(f"{where}: run times must be positive and finite: {secs}"[:200])
+    return None if any(s >= FAILED_RUN_SEC for s in secs) else secs
+
+
+def import_metaschedule(storage: Storage, src: Path) -> Transfer:
+    """Read a stock MetaSchedule database (a work_dir or a folder with its two files).
+
+    Every line is parsed and checked before anything is written; then all of it is stored
+    in one transaction.
+    """
+    if not src.is_dir():
+        raise DatabaseError(f"not a folder: {src} (expected a MetaSchedule work_dir)")
+    wpath, rpath = src / WORKLOAD_FILE, src / RECORD_FILE
+    for path in (wpath, rpath):
+        if not path.exists():
+            raise DatabaseError(f"{src} has no {path.name}: not a MetaSchedule database")
+    workloads: list[Workload] = []
+    for lineno, entry in _lines(wpath):
+        try:
+            workloads.append(Workload.from_json(entry))
+        except Exception as err:  # TVM's parser raises RuntimeError/ValueError/TypeError
+            raise DatabaseError(f"{wpath}:{lineno}: not a workload ({_short(err)})") from None
+    items: list[tuple[Measurement, WorkloadInfo]] = []
+    for lineno, entry in _lines(rpath):
+        where = f"{rpath}:{lineno}"
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], int)):
+            raise DatabaseError(f"{where}: expected [workload_index, record]")
+        index, body = entry
+        if not 0 <= index < len(workloads):
+            raise DatabaseError(f"{where}: workload index {index} out of range")
+        if not (isinstance(body, list) and len(body) == 4):
+            raise DatabaseError(f"{where}: expected [trace, run_secs, target, args_info]")
+        secs = _run_secs(body[1], where)
+        workload = workloads[index]
+        try:
+            record = TuningRecord.from_json(body, workload)
+            chash = candidate_hash_of_trace(record.trace, workload.mod)
+        except Exception as err:
+            raise DatabaseError(f"{where}: not a tuning record ({_short(err)})") from None
+        trace, _, _, args = record.as_json()
+        items.append(
+            (
+                Measurement(
+                    workload=workload,
+                    candidate_hash=chash,
+                    trace_json=trace,
+                    args_info_json=args,
+                    run_secs=secs,
+                    target=record.target,
+                    error_kind=None if secs else "run_error",
+                    error_msg=None if secs else "failed run (imported from MetaSchedule)",
+                    worker=f"import:{src.name}",
+                ),
+                WorkloadInfo(),
+            )
+        )
+    job = {"name": f"import {src}", "target_json": "{}", "budget": 0, "status": "imported"}
+    added = TuneFarmDatabase(storage).add_many(items, job=job)
+    return Transfer(workloads=len(workloads), records=len(items), added=added)
+
+
+def _short(err: BaseException) -> str:
+    lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
+    return (lines[-1] if lines else type(err).__name__)[:160]
+
+
+# ------------------------------------------------------------------ teammates' databases
+def merge(storage: Storage, other_url: str) -> Transfer:
+    """Fold another TuneFarm database in: every record it has that this one lacks, with its
+    provenance (device, worker, time, job). The best per (workload, target, device) follows.
+    """
+    other = Storage(other_url, create=False)
+    if other.engine.url == storage.engine.url:
+        raise DatabaseError("cannot merge a database into itself")
+
+    def load(session: Session) -> tuple[list[tuple[RecordRow, str, WorkloadRow]], list[JobRow]]:
+        jobs = list(session.scalars(select(JobRow).order_by(JobRow.id)))
+        return list(_stream(session, None)), jobs
+
+    rows, jobs = other.run(load, write=False)
+    other.dispose()
+    modules: dict[int, Workload] = {}
+    items: list[tuple[Measurement, WorkloadInfo]] = []
+    for row, mod_json, wl in rows:
+        if row.workload_id not in modules:
+            modules[row.workload_id] = Workload(tvm.ir.load_json(mod_json))
+        family = (
+            (wl.family_shash, json.loads(wl.bucket_json))
+            if wl.family_shash and wl.bucket_json
+            else None
+        )
+        try:
+            measurement = Measurement(
+                workload=modules[row.workload_id],
+                candidate_hash=row.candidate_hash,
+                trace_json=json.loads(row.trace_json),
+                args_info_json=json.loads(row.args_info_json),
+                run_secs=json.loads(row.run_secs_json) if row.run_secs_json else None,
+                target=tvm.target.Target(json.loads(row.target_json)),
+                error_kind=row.error_kind,
+                error_msg=row.error_msg,
+                device=row.device,
+                worker=row.worker,
+                job_id=row.job_id,  # remapped to the copied job below
+                build_sec=row.build_sec,
+                created_at=row.created_at,
+            )
+        except (ValueError, TypeError, json.JSONDecodeError) as err:
+            raise DatabaseError(f"{redact(other_url)}: record {row.id}: {_short(err)}") from None
+        items.append((measurement, WorkloadInfo(task_name=wl.task_name, family=family)))
+    source = redact(other_url)
+    copied = [
+        {
+            "old_id": j.id,
+            "name": f"{j.name} (merged from {source})"[:256],
+            "status": j.status,
+            "model": j.model,
+            "target_json": j.target_json,
+            "budget": j.budget,
+            "trials_done": j.trials_done,
+            "submitted_by": j.submitted_by,
+            "config_json": j.config_json,
+            "started_at": j.started_at,
+            "finished_at": j.finished_at,
+            "error": j.error,
+        }
+        for j in jobs
+    ]
+    added = TuneFarmDatabase(storage).add_many(items, copy_jobs=copied)
+    return Transfer(workloads=len(modules), records=len(items), added=added)
+
+
+# ------------------------------------------------------------------ schedule packs
+def export_pack(storage: Storage, path: Path, *, force: bool = False) -> Transfer:
+    """Write the best record per (workload, target) into a new read-only SQLite file."""
+    if path.exists():
+        if not force:
+            raise DatabaseError(f"{path} exists (use --force to replace it)")
+        path.chmod(0o644)
+        path.unlink()
+    if not path.parent.is_dir():
+        raise DatabaseError(f"folder does not exist: {path.parent}")
+
+    def load(session: Session) -> list[tuple[RecordRow, str, WorkloadRow]]:
+        return list(_stream(session, best_record_ids(session)))
+
+    rows = storage.run(load, write=False)
+    tmp = path.with_name(path.name + ".partial")
+    tmp.unlink(missing_ok=True)
+    pack = Storage(f"sqlite:///{tmp}")
+    try:
+        wmap: dict[int, int] = {}
+
+        def write(session: Session) -> None:
+            for row, _mod_json, wl in rows:
+                if wl.id not in wmap:
+                    copy = WorkloadRow(
+                        **{c: getattr(wl, c) for c in _columns(WorkloadRow) if c != "id"}
+                    )
+                    session.add(copy)
+                    session.flush()
+                    wmap[wl.id] = copy.id
+                values = {c: getattr(row, c) for c in _columns(RecordRow) if c != "id"}
+                values.update(workload_id=wmap[wl.id], job_id=None)
+                session.add(RecordRow(**values))
+            session.merge(
+                MetaRow(
+                    key="pack",
+                    value=json.dumps(
+                        {"source": redact(str(storage.url)), "created": utcnow().isoformat()}
+                    ),
+                )
+            )
+
+        pack.run(write)
+    finally:
+        pack.dispose()
+    conn = sqlite3.connect(tmp)  # one self-contained file: no WAL beside it
+    conn.execute("PRAGMA journal_mode=DELETE")
+    conn.execute("VACUUM")
+    conn.close()
+    tmp.rename(path)
+    path.chmod(0o444)
+    return Transfer(workloads=len(wmap), records=len(rows), added=len(rows))
+
+
+def _columns(model: type) -> list[str]:
+    return [c.name for c in model.__table__.columns]  # type: ignore[attr-defined]
+
+
+# ------------------------------------------------------------------ pruning
+@dataclass(frozen=True)
+class PrunePlan:
+    """Records a prune removes."""
+
+    failed: int
+    beyond_top: int
+    older: int
+
+    @property
+    def total(self) -> int:
+        return self.failed + self.beyond_top + self.older
+
+
+def prune(
+    storage: Storage,
+    *,
+    keep_top: int | None = None,
+    failed: bool = False,
+    older_than_days: float | None = None,
+    dry_run: bool = False,
+) -> PrunePlan:
+    """Delete failed records, records beyond the best ``keep_top`` per (workload, target,
+    device), and/or valid records older than some days that are not such a best. The best
+    record of every (workload, target, device) is always kept."""
+    if keep_top is not None and keep_top < 1:
+        raise DatabaseError("--keep-top must be at least 1")
+    if older_than_days is not None and older_than_days < 0:
+        raise DatabaseError("--older-than must not be negative")
+
+    def work(session: Session) -> PrunePlan:
+        ranked = ranked_records(per_device=True).subquery()
+        failed_ids = (
+            list(session.scalars(select(RecordRow.id).where(RecordRow.mean_sec.is_(None))))
+            if failed
+            else []
+        )
+        top_ids = (
+            list(session.scalars(select(ranked.c.id).where(ranked.c.rank > keep_top)))
+            if keep_top is not None
+            else []
+        )
+        old_ids: list[int] = []
+        if older_than_days is not None:
+            cutoff = utcnow() - dt.timedelta(days=older_than_days)
+            old_ids = list(
+                session.scalars(
+                    select(RecordRow.id)
+                    .join(ranked, ranked.c.id == RecordRow.id)
+                    .where(ranked.c.rank > 1, RecordRow.created_at < cutoff)
+                )
+            )
+            old_ids = sorted(set(old_ids) - set(top_ids))
+        plan = PrunePlan(failed=len(failed_ids), beyond_top=len(top_ids), older=len(old_ids))
+        if not dry_run:
+            ids = failed_ids + top_ids + old_ids
+            for start in range(0, len(ids), 500):
+                session.execute(delete(RecordRow).where(RecordRow.id.in_(ids[start : start + 500])))
+        return plan
+
+    return storage.run(work, write=not dry_run)

@@ -1,0 +1,72 @@
+"""Schema revisions: a schema-1 file is refused, then upgraded in place with its records."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from typer.testing import CliRunner
+
+from database import DatabaseError, Storage, migrate
+from database.models import Base
+from database.queries import stats
+from tests.conftest import DATA
+from tuner.cli import app
+
+
+def _no_drift(storage: Storage) -> None:
+    with storage.engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+    # tables the models know that a migration forgot, or columns/indexes that differ
+    assert diff == [], diff
+
+
+def test_new_database_is_stamped_with_the_newest_revision(any_url: str) -> None:
+    storage = Storage(any_url)
+    with storage.engine.connect() as conn:
+        assert migrate.current_revision(conn) == migrate.head_revision()
+    Storage(any_url, create=False)  # reopens without complaint
+
+
+def test_schema_1_file_is_refused_then_upgraded(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    shutil.copy(DATA / "schema_v1.db", path)  # written by TuneFarm 0.1 (schema 1) in a real tune
+    url = f"sqlite:///{path}"
+    with pytest.raises(DatabaseError, match=r"revision 0001.*run `tunefarm db upgrade --db"):
+        Storage(url)
+    result = CliRunner().invoke(app, ["db", "stats", "--db", url])
+    assert result.exit_code == 1 and "tunefarm db upgrade" in result.output
+    assert "Traceback" not in result.output
+    result = CliRunner().invoke(app, ["db", "upgrade", "--db", url])
+    assert result.exit_code == 0, result.output
+    assert "from revision 0001 to 0003" in result.output
+    storage = Storage(url, create=False)
+    assert stats(storage)["valid_records"] == 4  # nothing lost
+    _no_drift(storage)
+    with storage.engine.connect() as conn:
+        keys = conn.exec_driver_sql(
+            "SELECT COUNT(*) FROM tuning_records WHERE device_key IS NOT NULL"
+        ).scalar()
+    assert keys == 4  # the data migration filled the new column
+    again = CliRunner().invoke(app, ["db", "upgrade", "--db", url])
+    assert again.exit_code == 0 and "up to date" in again.output
+
+
+def test_every_revision_upgrades_to_the_models(any_url: str) -> None:
+    """Walk the migrations from an empty database (both backends): no drift from the models."""
+    from alembic import command
+
+    from database.storage import make_engine
+
+    engine, _ = make_engine(any_url)  # an engine, without creating the schema
+    with engine.begin() as conn:
+        command.upgrade(migrate._config(conn), "0001")
+    with pytest.raises(DatabaseError, match="tunefarm db upgrade"):
+        migrate.check_current(engine, "db")
+    assert migrate.upgrade(engine) == ("0001", migrate.head_revision())
+    engine.dispose()
+    storage = Storage(any_url, create=False)
+    _no_drift(storage)

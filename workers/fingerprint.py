@@ -39,3 +39,22 @@ def device_fingerprint(device_kind: str) -> str:
         return "cuda | absent"
     arch = "sm_" + dev.compute_version.replace(".", "")
     return f"{dev.device_name} | {arch} | driver {dev.driver_version}"
+
+
+def local_device_for(target: object) -> str | None:
+    """The fingerprint of this host's device that ``target`` would run on, if it has one.
+
+    A build uses it for the exact-device lookup level: an llvm target for this machine's
+    architecture runs on this CPU, a cuda target on GPU 0 (when there is one).
+    """
+    kind = target.kind.name  # type: ignore[attr-defined]
+    if kind == "llvm":
+        triple = str(target.attrs.get("mtriple", "") or "")  # type: ignore[attr-defined]
+        machine = platform.machine()
+        if triple and not triple.startswith(machine.replace("arm64", "aarch64")):
+            return None
+        return cpu_fingerprint()
+    if kind == "cuda":
+        fp = device_fingerprint("cuda")
+        return None if fp.endswith("absent") else fp
+    return None

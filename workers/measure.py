@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -30,6 +32,16 @@ def _alloc(args_info: list[Any], dev: tvm.runtime.Device, rng: np.random.Generat
     return args
 
 
+@contextlib.contextmanager
+def _loaded(artifact: bytes) -> Iterator[Any]:
+    """The runtime module of a shared-library artifact (written to a private temp dir)."""
+    with tempfile.TemporaryDirectory(prefix="tunefarm-run-") as tmp:
+        path = os.path.join(tmp, "artifact.so")
+        with open(path, "wb") as f:
+            f.write(artifact)
+        yield tvm.runtime.load_module(path)
+
+
 def measure_artifact(
     artifact: bytes,
     args_info: list[Any],
@@ -41,11 +53,7 @@ def measure_artifact(
     worker = f"{os.uname().nodename}:{os.getpid()}"
     try:
         dev = tvm.device(device_kind, 0)
-        with tempfile.TemporaryDirectory(prefix="tunefarm-run-") as tmp:
-            path = os.path.join(tmp, "candidate.so")
-            with open(path, "wb") as f:
-                f.write(artifact)
-            rt_mod = tvm.runtime.load_module(path)
+        with _loaded(artifact) as rt_mod:
             args = _alloc(args_info, dev, np.random.default_rng(0))
             evaluator = rt_mod.time_evaluator(
                 rt_mod.entry_name,
@@ -60,17 +68,49 @@ def measure_artifact(
             if config.cooldown_ms:
                 time.sleep(config.cooldown_ms / 1000)
     except Exception as err:
-        return RunResult(
-            error_kind=ErrorKind.RUN_ERROR,
-            error_msg=ErrorKind.RUN_ERROR.message(f"{type(err).__name__}: {err}"),
-            device=device,
-            worker=worker,
-        )
+        return _error(ErrorKind.RUN_ERROR, f"{type(err).__name__}: {err}", device, worker)
+    return _checked(secs, device, worker)
+
+
+def measure_vm(
+    artifact: bytes,
+    args_info: list[Any],
+    device_kind: str,
+    config: MeasureConfig,
+) -> RunResult:
+    """Load ``artifact`` (an exported Relax VM library), time its ``main`` on random inputs.
+
+    ``tunefarm bench --address`` measures whole models this way on the cluster's runners."""
+    from tvm import relax
+
+    device = device_fingerprint(device_kind)
+    worker = f"{os.uname().nodename}:{os.getpid()}"
+    try:
+        dev = tvm.device(device_kind, 0)
+        with _loaded(artifact) as lib:
+            vm = relax.VirtualMachine(lib, dev)
+            args = _alloc(args_info, dev, np.random.default_rng(0))
+            vm["main"](*args)  # warm up (first-call allocation)
+            evaluator = vm.time_evaluator(
+                "main",
+                dev,
+                number=config.number,
+                repeat=config.repeat,
+                min_repeat_ms=config.min_repeat_ms,
+            )
+            dev.sync()
+            secs = tuple(float(s) for s in evaluator(*args).results)
+    except Exception as err:
+        return _error(ErrorKind.RUN_ERROR, f"{type(err).__name__}: {err}", device, worker)
+    return _checked(secs, device, worker)
+
+
+def _error(kind: ErrorKind, detail: str, device: str, worker: str) -> RunResult:
+    return RunResult(error_kind=kind, error_msg=kind.message(detail), device=device, worker=worker)
+
+
+def _checked(secs: tuple[float, ...], device: str, worker: str) -> RunResult:
+    """Run times as a result; missing, non-finite or non-positive ones are invalid."""
     if not secs or any(not math.isfinite(s) or s <= 0 for s in secs):
-        return RunResult(
-            error_kind=ErrorKind.INVALID_RESULT,
-            error_msg=ErrorKind.INVALID_RESULT.message(f"bad run times {secs}"),
-            device=device,
-            worker=worker,
-        )
+        return _error(ErrorKind.INVALID_RESULT, f"bad run times {secs}", device, worker)
     return RunResult(run_secs=secs, device=device, worker=worker)

@@ -11,11 +11,13 @@ device, worker) for the job's recorder.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import math
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -31,10 +33,17 @@ from tvm.s_tir.meta_schedule.runner import (
     RunnerResult,
 )
 
-from workers.build import build_artifact
+from workers.build import DEFAULT_BUILD_FN, sandboxed_build
 from workers.config import MeasureConfig
-from workers.measure import measure_artifact
 from workers.results import BuildResult, ErrorKind, RunResult
+from workers.runner_pool import (
+    DeviceRunner,
+    FaultPolicy,
+    PoolFuture,
+    RunnerPool,
+    SlotSpec,
+    discover_slots,
+)
 
 if TYPE_CHECKING:
     from database import TuneFarmDatabase
@@ -66,7 +75,9 @@ class RayConnection:
         if self.address:
             ray.init(address=self.address, **kwargs)
         else:
-            ray.init(num_cpus=self.num_cpus or os.cpu_count() or 1, **kwargs)
+            # "local": always a private instance, even when a `ray start` cluster runs on
+            # this machine (a bare init would join it)
+            ray.init(address="local", num_cpus=self.num_cpus or os.cpu_count() or 1, **kwargs)
             self.started = True
         return self
 
@@ -81,24 +92,11 @@ class RayConnection:
         return max(1, int(ray.cluster_resources().get("CPU", 1)))
 
 
-@ray.remote(num_returns=2, max_retries=0)
-def _build_task(mod_json: str, target_json: str) -> tuple[BuildResult, bytes | None]:
-    return build_artifact(mod_json, target_json)
-
-
-@ray.remote(num_cpus=0, max_restarts=0, max_concurrency=1)
-class DeviceRunner:
-    """A Ray actor owning one device; it measures one candidate at a time."""
-
-    def __init__(self, device_kind: str, config: MeasureConfig) -> None:
-        self.device_kind = device_kind
-        self.config = config
-
-    def measure(self, artifact: bytes, args_info: list[Any]) -> RunResult:
-        return measure_artifact(artifact, args_info, self.device_kind, self.config)
-
-    def ping(self) -> str:
-        return f"{os.uname().nodename}:{os.getpid()}"
+@ray.remote(num_returns=2)
+def _build_task(
+    mod_json: str, target_json: str, timeout_s: float, build_fn: str
+) -> tuple[BuildResult, bytes | None]:
+    return sandboxed_build(mod_json, target_json, timeout_s, build_fn)
 
 
 # --------------------------------------------------------------------------- ledger
@@ -111,6 +109,7 @@ class Entry:
     run: RunResult | None = None
     artifact: Any = None  # ray.ObjectRef of the .so bytes
     cached: bool = False  # measured in an earlier job: nothing was built or run
+    rebuild: Any = None  # () -> a new artifact ref, when the first copy is lost with its node
 
 
 @dataclass
@@ -150,18 +149,34 @@ def _run_secs_of_row(row: Any) -> RunResult:
 # --------------------------------------------------------------------------- builder
 @derived_object
 class RayBuilder(PyBuilder):
-    """Builds candidates as Ray tasks; skips candidates already measured on the target."""
+    """Builds candidates as Ray tasks; skips candidates already measured on the target.
+
+    Each build runs in its worker's killable child process (:mod:`workers.sandbox`): a
+    compiler that hangs or crashes becomes a ``build_timeout``/``build_error`` value. A build
+    task lost with its worker or node is retried by Ray (``policy.max_attempts`` in all), and
+    an artifact lost with its node before it was measured is rebuilt the same way.
+    """
 
     def __init__(
         self,
         ledger: Ledger,
         config: MeasureConfig,
         database: TuneFarmDatabase | None = None,
+        policy: FaultPolicy | None = None,
+        build_fn: str = DEFAULT_BUILD_FN,
     ) -> None:
         super().__init__()
         self.ledger = ledger
         self.config = config
         self.database = database
+        self.policy = policy or FaultPolicy()
+        self.build_fn = build_fn
+        self.wait_sec = 0.0  # driver time blocked on builds, for the job's overhead split
+
+    def submit(self, mod_json: str, target_json: str) -> tuple[Any, Any]:
+        """One build task: (status ref, artifact ref)."""
+        task = _build_task.options(max_retries=self.policy.max_attempts - 1)
+        return task.remote(mod_json, target_json, self.config.build_timeout_s, self.build_fn)
 
     def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
         from database import TargetKey, shash_of
@@ -181,12 +196,13 @@ class RayBuilder(PyBuilder):
                 continue
             key = self.ledger.add(entry)
             keys.append(key)
-            status_ref, artifact_ref = _build_task.remote(
-                tvm.ir.save_json(inp.mod), TargetKey.of(inp.target).json
-            )
-            entry.artifact = artifact_ref
+            args = (tvm.ir.save_json(inp.mod), TargetKey.of(inp.target).json)
+            status_ref, entry.artifact = self.submit(*args)
+            entry.rebuild = functools.partial(lambda a: self.submit(*a)[1], args)
             pending[status_ref] = key
+        start = time.perf_counter()
         self._wait(pending)
+        self.wait_sec += time.perf_counter() - start
         results = []
         for key in keys:
             entry = self.ledger.get(key)
@@ -197,29 +213,28 @@ class RayBuilder(PyBuilder):
     def _wait(self, pending: dict[Any, str]) -> None:
         if not pending:
             return
+        # The child enforces build_timeout_s; this deadline only catches a stuck worker.
         waves = math.ceil(len(pending) / RayConnection.cpus())
-        timeout = self.config.build_timeout_s * waves + 10
+        deadline = time.monotonic() + (
+            (self.config.build_timeout_s + 30) * waves * self.policy.max_attempts + 30
+        )
         refs = list(pending)
-        done, not_done = ray.wait(refs, num_returns=len(refs), timeout=timeout)
-        for ref in done:
-            entry = self.ledger.get(pending[ref])
-            assert entry is not None
-            try:
-                entry.build = ray.get(ref)
-            except ray.exceptions.RayError as err:
-                entry.build = BuildResult(
-                    error_kind=ErrorKind.WORKER_DIED,
-                    error_msg=ErrorKind.WORKER_DIED.message(str(err)),
-                )
-        for ref in not_done:
+        while refs:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            done, refs = ray.wait(refs, num_returns=len(refs), timeout=min(left, 1.0))
+            for ref in done:
+                entry = self.ledger.get(pending[ref])
+                assert entry is not None
+                entry.build = _build_status(ref)
+        for ref in refs:
             ray.cancel(ref, force=True)
             entry = self.ledger.get(pending[ref])
             assert entry is not None
             entry.build = BuildResult(
                 error_kind=ErrorKind.BUILD_TIMEOUT,
-                error_msg=ErrorKind.BUILD_TIMEOUT.message(
-                    f"no result within {self.config.build_timeout_s:.0f} s"
-                ),
+                error_msg=ErrorKind.BUILD_TIMEOUT.message("no answer from the build worker"),
             )
         for key in pending.values():
             entry = self.ledger.get(key)
@@ -227,29 +242,43 @@ class RayBuilder(PyBuilder):
                 entry.artifact = None
 
 
+def _build_status(ref: Any) -> BuildResult:
+    """The status of a finished build task; a lost worker or garbage becomes a value."""
+    try:
+        value = ray.get(ref)
+    except ray.exceptions.RayError as err:
+        kind = ErrorKind.WORKER_DIED
+        return BuildResult(error_kind=kind, error_msg=kind.message(str(err)))
+    if not isinstance(value, BuildResult):
+        kind = ErrorKind.BUILD_ERROR
+        msg = kind.message(f"build task returned {type(value).__name__}, not a BuildResult")
+        return BuildResult(error_kind=kind, error_msg=msg)
+    return value
+
+
 # --------------------------------------------------------------------------- runner
 @derived_object
 class RayRunnerFuture(PyRunnerFuture):
-    """The pending measurement of one candidate on a runner actor."""
+    """The pending measurement of one candidate in the runner pool."""
 
-    def __init__(self, runner: RayRunner, key: str, ref: Any) -> None:
+    def __init__(self, runner: RayRunner, key: str, future: PoolFuture | None) -> None:
         super().__init__()
         self.runner = runner
         self.key = key
-        self.ref = ref
+        self.future = future
 
     def done(self) -> bool:
-        if self.ref is None:
-            return True
-        ready, _ = ray.wait([self.ref], timeout=0)
-        return bool(ready)
+        return self.future is None or self.future.done()
 
     def result(self) -> RunnerResult:
         entry = self.runner.ledger.get(self.key)
         assert entry is not None
-        if self.ref is not None and entry.run is None:
-            entry.run = self.runner.collect(self.ref)
+        if self.future is not None and entry.run is None:
+            start = time.perf_counter()
+            entry.run = self.future.result()
+            self.runner.wait_sec += time.perf_counter() - start
         entry.artifact = None  # release the object-store copy
+        entry.rebuild = None
         run = entry.run
         assert run is not None
         if run.ok:
@@ -259,20 +288,37 @@ class RayRunnerFuture(PyRunnerFuture):
 
 @derived_object
 class RayRunner(PyRunner):
-    """Measures built candidates on a device actor, one at a time."""
+    """Measures built candidates on the cluster's device actors, one at a time per device.
 
-    def __init__(self, ledger: Ledger, config: MeasureConfig, device_kind: str = "cpu") -> None:
+    ``slots`` default to the devices of ``device_kind`` found in the cluster
+    (:func:`workers.runner_pool.discover_slots`).
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        config: MeasureConfig,
+        device_kind: str = "cpu",
+        slots: list[SlotSpec] | None = None,
+        policy: FaultPolicy | None = None,
+    ) -> None:
         super().__init__()
         self.ledger = ledger
         self.config = config
         self.device_kind = device_kind
-        self._actor: Any = None
+        self.slot_specs = slots
+        self.policy = policy
+        self._pool: RunnerPool | None = None
+        self.wait_sec = 0.0  # driver time blocked on measurements, for the overhead split
 
     @property
-    def actor(self) -> Any:
-        if self._actor is None:
-            self._actor = DeviceRunner.remote(self.device_kind, self.config)
-        return self._actor
+    def pool(self) -> RunnerPool:
+        if self._pool is None:
+            specs = self.slot_specs or discover_slots(self.device_kind)
+            if not specs:
+                raise RuntimeError(f"the cluster has no {self.device_kind} device to measure on")
+            self._pool = RunnerPool(specs, self.config, self.policy)
+        return self._pool
 
     def run(self, runner_inputs: list[RunnerInput]) -> list[RunnerFuture]:
         futures = []
@@ -288,34 +334,25 @@ class RayRunner(PyRunner):
                 futures.append(RayRunnerFuture(self, key, None))
                 continue
             args_info = [arg.as_json() for arg in inp.args_info]
-            ref = self.actor.measure.remote(entry.artifact, args_info)
-            futures.append(RayRunnerFuture(self, key, ref))
+            fut = self.pool.submit(entry.artifact, args_info, key, entry.rebuild)
+            futures.append(RayRunnerFuture(self, key, fut))
         return futures
 
-    def collect(self, ref: Any) -> RunResult:
-        """Wait for one measurement; a hung or dead runner becomes an error value."""
-        try:
-            return ray.get(ref, timeout=self.config.run_timeout_s)
-        except ray.exceptions.GetTimeoutError:
-            self._restart()
-            return RunResult(
-                error_kind=ErrorKind.RUN_TIMEOUT,
-                error_msg=ErrorKind.RUN_TIMEOUT.message(
-                    f"no result within {self.config.run_timeout_s:.0f} s"
-                ),
-            )
-        except ray.exceptions.RayError as err:
-            self._restart()
-            return RunResult(
-                error_kind=ErrorKind.WORKER_DIED,
-                error_msg=ErrorKind.WORKER_DIED.message(str(err)),
-            )
-
-    def _restart(self) -> None:
-        if self._actor is not None:
-            ray.kill(self._actor, no_restart=True)
-        self._actor = None
-
     def shutdown(self) -> None:
-        """Stop the device actor."""
-        self._restart()
+        """Stop the device actors."""
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
+
+__all__ = [
+    "DeviceRunner",
+    "Entry",
+    "FaultPolicy",
+    "Ledger",
+    "RayBuilder",
+    "RayConnection",
+    "RayRunner",
+    "RunnerPool",
+    "SlotSpec",
+]

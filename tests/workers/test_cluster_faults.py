@@ -1,0 +1,147 @@
+"""A node removed from a real multi-node Ray cluster (``ray.cluster_utils.Cluster``) mid-job."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+from tvm.s_tir.meta_schedule.builder import BuilderInput
+from tvm.s_tir.meta_schedule.runner import RunnerInput
+
+from tests.conftest import matmul_mod
+from workers.config import MeasureConfig
+from workers.runner_pool import FaultPolicy, RunnerPool
+
+ROOT = Path(__file__).resolve().parents[2]
+FAULTS = "tests.workers.faults"
+FAST = MeasureConfig(number=1, repeat=2, min_repeat_ms=5, run_timeout_s=20)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_node_removed_mid_job_loses_no_candidate(llvm_target) -> None:
+    """Two worker nodes build and measure; one is removed while candidates are in flight."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from workers.ray_pool import Ledger, RayBuilder, RayRunner
+    from workers.runner_pool import CPU_RESOURCE, discover_slots
+
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), old) if p)
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    try:
+        keep = cluster.add_node(num_cpus=1, resources={CPU_RESOURCE: 1})
+        doomed = cluster.add_node(num_cpus=1, resources={CPU_RESOURCE: 1})
+        ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
+        cluster.wait_for_nodes()
+        slots = discover_slots("cpu", measure_fn=f"{FAULTS}:fake_measure")
+        assert {s.node_id for s in slots} == {keep.node_id, doomed.node_id}
+
+        # runners: candidates that take 0.4 s each, the doomed node removed after ~1 s
+        pool = RunnerPool(slots, MeasureConfig(run_timeout_s=30), FaultPolicy())
+        futures = [pool.submit({"sleep": 0.4}, [], key=f"c{i}") for i in range(10)]
+        while sum(f.done() for f in futures) < 2:
+            time.sleep(0.05)
+        cluster.remove_node(doomed)
+        results = [f.result(timeout=120) for f in futures]
+        stats = {row["node"]: row for row in pool.stats()}
+        pool.shutdown()
+        assert all(r.ok for r in results), [r.error_msg for r in results]
+        assert sum(row["measured"] for row in stats.values()) == 10  # none twice
+        assert stats[doomed.node_id]["state"] == "lost"
+        assert any("lost:" in e for e in pool.events)
+
+        # builders and runners of real kernels after the loss: everything lands on `keep`
+        ledger = Ledger()
+        builder = RayBuilder(ledger, FAST)
+        runner = RayRunner(ledger, FAST)
+        mods = [matmul_mod(8, 8, 8), matmul_mod(8, 8, 16)]
+        built = builder.build([BuilderInput(m, llvm_target) for m in mods])
+        assert [b.error_msg for b in built] == [None, None]
+        inputs = [
+            RunnerInput(b.artifact_path, "cpu", ArgInfo.from_prim_func(m["main"]))
+            for b, m in zip(built, mods, strict=True)
+        ]
+        try:
+            assert all(f.result().error_msg is None for f in runner.run(inputs))
+            assert [row["node"] for row in runner.pool.stats()] == [keep.node_id]
+        finally:
+            runner.shutdown()
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+        if old is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_tune_job_survives_a_node_removed_mid_job(llvm_target, tmp_path) -> None:
+    """A real tune job on two measuring nodes; one leaves mid-job; the job still finishes."""
+    import threading
+
+    import ray
+    from ray.cluster_utils import Cluster
+    from sqlalchemy import func, select
+
+    from database import Storage
+    from database.models import RecordRow
+    from tests.conftest import TINY
+    from tuner.job import TuneConfig, tune
+    from tuner.model import load_model
+    from workers.runner_pool import CPU_RESOURCE
+
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), old) if p)
+    url = f"sqlite:///{tmp_path / 'tf.db'}"
+    storage = Storage(url)
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    removed = threading.Event()
+    try:
+        cluster.add_node(num_cpus=1, resources={CPU_RESOURCE: 1})
+        doomed = cluster.add_node(num_cpus=1, resources={CPU_RESOURCE: 1})
+        ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
+        cluster.wait_for_nodes()
+
+        def remove_when_measuring() -> None:
+            deadline = time.time() + 300
+            while time.time() < deadline:
+                n = storage.run(lambda s: s.scalar(select(func.count()).select_from(RecordRow)))
+                if n >= 3:  # the baselines are in, the search is under way
+                    cluster.remove_node(doomed)
+                    removed.set()
+                    return
+                time.sleep(0.2)
+
+        killer = threading.Thread(target=remove_when_measuring, daemon=True)
+        killer.start()
+        config = TuneConfig(
+            trials=12,
+            trials_per_iter=4,
+            seed=0,
+            measure=MeasureConfig(number=1, repeat=2, min_repeat_ms=20),
+        )
+        summary = tune(load_model(TINY).mod, llvm_target, storage, config, model_name="tiny")
+        killer.join(timeout=5)
+        assert removed.is_set(), "the node was not removed while the job ran"
+        rows = storage.run(
+            lambda s: s.execute(select(RecordRow.candidate_hash, RecordRow.error_kind)).all()
+        )
+        hashes = [r.candidate_hash for r in rows]
+        assert len(hashes) == len(set(hashes))  # no candidate recorded twice
+        assert len(rows) >= 12 and summary.trials_measured >= 12
+        assert all(r.error_kind != "worker_died" for r in rows), rows  # none lost
+        assert all(t.best_sec for t in summary.tasks)
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+        if old is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old

@@ -1,0 +1,230 @@
+"""Fault tolerance of builders and device runners, with fault-injecting workers on real Ray.
+
+The helpers in ``tests/workers/faults.py`` hang, crash, die or answer garbage; the pool must
+turn each into an error value, recover, retry the candidates of a lost worker (bounded),
+quarantine a worker that keeps failing, and answer every candidate exactly once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from pathlib import Path
+
+import pytest
+import tvm
+from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+from tvm.s_tir.meta_schedule.builder import BuilderInput
+from tvm.s_tir.meta_schedule.runner import RunnerInput
+
+from database import TargetKey
+from tests.conftest import matmul_mod
+from workers.build import sandboxed_build
+from workers.config import MeasureConfig
+from workers.results import ErrorKind
+from workers.runner_pool import FaultPolicy, RunnerPool, SlotSpec
+from workers.sandbox import Sandbox
+
+ROOT = Path(__file__).resolve().parents[2]
+FAULTS = "tests.workers.faults"
+FAST = MeasureConfig(number=1, repeat=2, min_repeat_ms=5, run_timeout_s=20)
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """A local Ray whose workers can import this repository's test helpers."""
+    import ray
+
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), old) if p)
+    from workers.ray_pool import RayConnection
+
+    try:
+        with RayConnection(num_cpus=2):
+            yield ray
+    finally:
+        if old is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old
+
+
+def _good(name: str = "good") -> SlotSpec:
+    return SlotSpec(name, measure_fn=f"{FAULTS}:fake_measure")
+
+
+def _bad(name: str, fn: str) -> SlotSpec:
+    return SlotSpec(name, measure_fn=f"{FAULTS}:{fn}")
+
+
+# ----------------------------------------------------------------- builds (no Ray)
+def test_build_sandbox_turns_hang_crash_garbage_into_values(llvm_target) -> None:
+    mod_json = tvm.ir.save_json(matmul_mod(8, 8, 8))
+    target_json = TargetKey.of(llvm_target).json
+    box = Sandbox(preload=())
+    try:
+        started = time.perf_counter()
+        hung, data = sandboxed_build(mod_json, target_json, 2.0, f"{FAULTS}:hang_build", box)
+        assert data is None and hung.error_kind is ErrorKind.BUILD_TIMEOUT
+        assert time.perf_counter() - started < 15
+        crashed, data = sandboxed_build(mod_json, target_json, 30, f"{FAULTS}:crash_build", box)
+        assert data is None and crashed.error_kind is ErrorKind.BUILD_ERROR
+        assert "crashed" in crashed.error_msg and "SIGSEGV" in crashed.error_msg
+        junk, data = sandboxed_build(mod_json, target_json, 30, f"{FAULTS}:garbage_build", box)
+        assert data is None and junk.error_kind is ErrorKind.BUILD_ERROR
+        # the sandbox recovers: a real build in a fresh child
+        ok, data = sandboxed_build(mod_json, target_json, 120, sandbox=box)
+        assert ok.ok and data[:4] == b"\x7fELF"
+        assert box.started == 3  # first child hung, second crashed, third served the rest
+    finally:
+        box.kill()
+    assert not box.alive()
+
+
+# ----------------------------------------------------------------- builds on Ray
+@pytest.mark.ray
+def test_ray_builder_recovers_from_hanging_build(local_ray, llvm_target) -> None:
+    from tvm import te
+
+    from tuner.pipeline import normalize
+    from workers.ray_pool import Ledger, RayBuilder
+
+    a = te.placeholder((8,), name="hang_me")
+    hang = normalize(te.create_prim_func([a, te.compute((8,), lambda i: a[i] * 2.0)]))
+    config = MeasureConfig(build_timeout_s=3)
+    builder = RayBuilder(Ledger(), config, build_fn=f"{FAULTS}:flaky_build")
+    mods = [matmul_mod(8, 8, 8), hang, matmul_mod(8, 8, 16)]
+    results = builder.build([BuilderInput(m, llvm_target) for m in mods])
+    kinds = [ErrorKind.parse(r.error_msg) for r in results]
+    assert kinds == [None, ErrorKind.BUILD_TIMEOUT, None]
+    entry = builder.ledger.get(results[1].artifact_path)
+    assert entry.artifact is None and entry.build.error_kind is ErrorKind.BUILD_TIMEOUT
+    # the worker that hung is healthy again for the next build
+    again = builder.build([BuilderInput(matmul_mod(4, 4, 4), llvm_target)])
+    assert again[0].error_msg is None
+
+
+# ----------------------------------------------------------------- runners
+def _run_all(pool: RunnerPool, n: int, sleep: float = 0.0) -> list:
+    futures = [pool.submit({"sleep": sleep, "id": i}, [], key=f"c{i}") for i in range(n)]
+    return [f.result(timeout=120) for f in futures], futures
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize(
+    ("fault", "strikes"), [("die_measure", 2), ("hang_measure", 1), ("garbage_measure", 2)]
+)
+def test_failing_runner_is_quarantined_and_nothing_is_lost(
+    local_ray, fault: str, strikes: int
+) -> None:
+    # (a hanging runner costs 2 s a try, meanwhile the good one serves the rest: one strike)
+    config = MeasureConfig(run_timeout_s=2.0)
+    policy = FaultPolicy(max_attempts=3, quarantine_after=strikes, startup_timeout_s=60)
+    with RunnerPool([_bad("bad", fault), _good()], config, policy) as pool:
+        # enough work (12 x 0.25 s) that the good slot cannot serve it all before the bad one,
+        # slow to start on a loaded machine, has had its tries
+        results, futures = _run_all(pool, 12, sleep=0.25)
+        stats = {row["slot"]: row for row in pool.stats()}
+        # the quarantine is visible cluster-wide (`tunefarm workers`) through a marker actor
+        (marker,) = pool._markers
+        assert local_ray.get(marker.info.remote()).startswith("bad: ")
+    assert all(r.ok for r in results), [r.error_msg for r in results]
+    # every candidate answered once, by the good slot; the bad one is quarantined
+    assert stats["good"]["measured"] == 12 and stats["bad"]["measured"] == 0
+    assert stats["bad"]["state"] == "quarantined"
+    assert all(f.slots[-1] == "good" for f in futures)
+    assert any("quarantined: bad" in e for e in pool.events)
+    assert sum(len(f.slots) for f in futures) <= 12 + 2  # only the bad slot's tries repeat
+
+
+@pytest.mark.ray
+def test_all_runners_failing_fails_every_candidate_as_a_value(local_ray) -> None:
+    policy = FaultPolicy(max_attempts=2, quarantine_after=1, startup_timeout_s=60)
+    with RunnerPool([_bad("bad", "die_measure")], MeasureConfig(), policy) as pool:
+        results, futures = _run_all(pool, 4)
+    assert [r.error_kind for r in results] == [ErrorKind.WORKER_DIED] * 4
+    # two candidates failed in a row on the only slot: quarantined, the rest fail fast
+    assert pool.slots[0].state == "quarantined"
+    assert [f.attempts for f in futures] == [2, 2, 0, 0]
+    assert "no healthy device runner" in results[3].error_msg
+
+
+@pytest.mark.ray
+def test_killed_worker_process_is_restarted_and_its_candidate_retried(local_ray) -> None:
+    import signal
+
+    import ray
+
+    with RunnerPool([_good()], MeasureConfig(), FaultPolicy(startup_timeout_s=60)) as pool:
+        first = pool.submit({"sleep": 0.0}, [], key="warm")
+        assert first.result(timeout=60).ok
+        pid = int(ray.get(pool.slots[0].actor.ping.remote()).split(":")[1])
+        slow = pool.submit({"sleep": 3.0}, [], key="slow")
+        time.sleep(1.0)
+        os.kill(pid, signal.SIGKILL)  # the worker process dies mid-measurement
+        res = slow.result(timeout=60)
+        assert res.ok and slow.attempts == 2 and slow.slots == ["good", "good"]
+        assert pool.slots[0].restarts == 1 and pool.slots[0].state == "idle"
+        assert pool.slots[0].failures == 1  # blamed: the candidate succeeded after a restart
+
+
+@pytest.mark.ray
+def test_crashing_kernel_is_not_blamed_on_the_runner(local_ray, llvm_target) -> None:
+    """A real kernel that kills every runner it touches: worker_died, the slot stays healthy."""
+    from tests.conftest import crashing_mod
+    from workers.ray_pool import Ledger, RayBuilder, RayRunner
+
+    ledger = Ledger()
+    policy = FaultPolicy(max_attempts=2, quarantine_after=2, startup_timeout_s=60)
+    builder = RayBuilder(ledger, FAST)
+    runner = RayRunner(ledger, FAST, slots=[SlotSpec("a"), SlotSpec("b")], policy=policy)
+    crash, good = crashing_mod(), matmul_mod()
+    built = builder.build([BuilderInput(crash, llvm_target), BuilderInput(good, llvm_target)])
+    inputs = [
+        RunnerInput(built[0].artifact_path, "cpu", ArgInfo.from_prim_func(crash["main"])),
+        RunnerInput(built[1].artifact_path, "cpu", ArgInfo.from_prim_func(good["main"])),
+    ]
+    try:
+        dead, ok = (f.result() for f in runner.run(inputs))
+        assert ErrorKind.parse(dead.error_msg) is ErrorKind.WORKER_DIED
+        assert "2 attempt(s)" in dead.error_msg
+        assert ok.error_msg is None and len(ok.run_secs) == 2
+        states = {row["slot"]: row for row in runner.pool.stats()}
+        assert all(row["state"] in ("idle", "busy") for row in states.values())
+        assert all(row["failures"] == 0 for row in states.values())
+    finally:
+        runner.shutdown()
+
+
+def test_fault_policy_is_validated() -> None:
+    with pytest.raises(ValueError, match="max_attempts"):
+        FaultPolicy(max_attempts=0)
+    with pytest.raises(ValueError, match="slot"):
+        RunnerPool([], MeasureConfig())
+
+
+@pytest.mark.ray
+def test_two_calls_in_flight_still_measure_one_at_a_time(local_ray) -> None:
+    """A second call waits in the actor: measurements never overlap, and a queued call of an
+    actor that dies goes back to the line without counting as an attempt."""
+    spec = _bad("w", "interval_measure")
+    with RunnerPool([spec], MeasureConfig(), FaultPolicy(startup_timeout_s=60)) as pool:
+        futures = [pool.submit({"sleep": 0.1}, [], key=f"c{i}") for i in range(6)]
+        runs = sorted(f.result(timeout=60).run_secs for f in futures)
+        assert all(a[1] <= b[0] for a, b in itertools.pairwise(runs)), runs
+        assert [f.attempts for f in futures] == [1] * 6
+
+        doomed = pool.submit({"sleep": 0.5, "die": True}, [], key="doomed")
+        behind = pool.submit({"sleep": 0.0}, [], key="behind")
+        assert ErrorKind.parse(doomed.result(timeout=60).error_msg) is ErrorKind.WORKER_DIED
+        assert behind.result(timeout=60).ok
+        assert doomed.attempts == 2 and behind.attempts == 1 and behind.slots == ["w"]
+        assert any(e.startswith("re-queued: behind") for e in pool.events)  # it was queued
+        assert pool.slots[0].measured == 7 and pool.slots[0].state == "idle"
+    assert pool.slots[0].restarts == 2
+
+
+def test_runner_pool_in_flight_is_validated() -> None:
+    with pytest.raises(ValueError, match="in_flight"):
+        RunnerPool([SlotSpec("x")], MeasureConfig(), in_flight=3)

@@ -1,0 +1,61 @@
+"""CUDA: candidates cross-compile on machines without a GPU; runners measure on each GPU."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import tvm
+from tvm.s_tir import dlight as dl
+from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+from tvm.s_tir.meta_schedule.builder import BuilderInput
+from tvm.s_tir.meta_schedule.runner import RunnerInput
+
+from database import TargetKey
+from tests.conftest import matmul_mod
+from workers.build import build_artifact
+from workers.config import MeasureConfig
+
+
+def _cuda_matmul(arch: str) -> tuple[tvm.IRModule, tvm.target.Target]:
+    target = tvm.target.Target({"kind": "cuda", "arch": arch, "host": {"kind": "llvm"}})
+    with target:
+        mod = dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.Fallback())(matmul_mod(64, 64, 64))
+    return mod, target
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_cuda_candidate_builds_without_a_gpu() -> None:
+    mod, target = _cuda_matmul("sm_90")
+    result, data = build_artifact(tvm.ir.save_json(mod), TargetKey.of(target).json)
+    assert result.ok and data[:4] == b"\x7fELF", result.error_msg
+
+
+@pytest.mark.gpu
+@pytest.mark.ray
+def test_cuda_runner_measures_on_every_gpu() -> None:
+    if not tvm.cuda(0).exist:
+        pytest.skip("no CUDA GPU on this machine")
+    from tuner.targets import detect_cuda_arch
+    from workers.ray_pool import Ledger, RayBuilder, RayConnection, RayRunner
+    from workers.runner_pool import discover_slots
+
+    mod, target = _cuda_matmul(detect_cuda_arch())
+    config = MeasureConfig(number=3, repeat=3, min_repeat_ms=10)
+    with RayConnection(num_cpus=2):
+        import ray
+
+        slots = discover_slots("cuda")
+        assert len(slots) == int(ray.cluster_resources().get("GPU", 0)) >= 1
+        ledger = Ledger()
+        built = RayBuilder(ledger, config).build([BuilderInput(mod, target)])
+        assert built[0].error_msg is None
+        runner = RayRunner(ledger, config, "cuda")
+        try:
+            args = ArgInfo.from_prim_func(mod["main"])
+            res = runner.run([RunnerInput(built[0].artifact_path, "cuda", args)])[0].result()
+            assert res.error_msg is None and len(res.run_secs) == 3
+            entry = ledger.get(built[0].artifact_path)
+            assert "sm_" in entry.run.device
+        finally:
+            runner.shutdown()

@@ -1,0 +1,158 @@
+"""A bridge actor to devices that cannot run Ray: boards and phones behind a TVM RPC tracker.
+
+:class:`ArmBridge` has the interface of :class:`workers.runner_pool.DeviceRunner`, so the runner
+pool treats it as one device slot: it asks the tracker for a session on the device key, uploads
+the cross-compiled ``.so`` (bytes from Ray's object store), times it with TVM's
+``time_evaluator`` per :class:`MeasureConfig`, and releases every remote object before the next
+request. A kernel that fails on the device is an error value; a device that is gone (no server
+for the key after ``wait_s``, a dropped connection) raises :class:`DeviceLost`, which the pool
+counts against the slot and answers by re-queuing the candidate.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from typing import Any
+
+import numpy as np
+import ray
+
+from workers.config import MeasureConfig
+from workers.results import ErrorKind, RunResult
+
+_CONNECTION_WORDS = ("socket", "connect", "closed", "broken pipe", "reset by peer", "timeout")
+
+
+class DeviceLost(RuntimeError):
+    """The RPC device is unreachable; not the candidate's fault."""
+
+
+@ray.remote(num_cpus=0, max_restarts=0, max_concurrency=1)
+class ArmBridge:
+    """Measures candidates on one device registered with a TVM RPC tracker under ``key``."""
+
+    def __init__(
+        self, tracker: str, key: str, config: MeasureConfig, slot: str = "", wait_s: float = 60
+    ) -> None:
+        host, _, port = tracker.rpartition(":")
+        self.host, self.port, self.key = host or "127.0.0.1", int(port), key
+        self.config = config
+        self.slot = slot or f"rpc:{key}"
+        self.wait_s = wait_s
+
+    def __repr__(self) -> str:  # shown by Ray's state API and `tunefarm workers`
+        return f"rpc bridge {self.slot} ({self.key}@{self.host}:{self.port})"
+
+    def ping(self) -> str:
+        return f"{os.uname().nodename}:{os.getpid()}"
+
+    # ----------------------------------------------------------------- sessions
+    def _tracker(self) -> Any:
+        from tvm import rpc
+
+        try:
+            return rpc.connect_tracker(self.host, self.port)
+        except Exception as err:
+            raise DeviceLost(f"tracker {self.host}:{self.port} unreachable: {err}") from None
+
+    def _servers(self) -> int:
+        summary = self._tracker().summary()
+        return sum(1 for s in summary.get("server_info", []) if s.get("key", "").endswith(self.key))
+
+    def _session(self) -> Any:
+        """A session on the device; waits up to ``wait_s`` for a server to (re)appear."""
+        deadline = time.monotonic() + self.wait_s
+        while self._servers() == 0:
+            if time.monotonic() > deadline:
+                raise DeviceLost(f"no RPC server registered for key {self.key!r}")
+            time.sleep(1.0)
+        try:
+            return self._tracker().request(self.key, priority=1, session_timeout=0, max_retry=3)
+        except Exception as err:
+            raise DeviceLost(f"cannot open a session on {self.key!r}: {err}") from None
+
+    def device(self) -> str:
+        """Fingerprint of the remote device, from its runtime."""
+        return f"rpc {self.key} | aarch64 (via tracker {self.host}:{self.port})"
+
+    # ----------------------------------------------------------------- work
+    def measure(self, artifact: bytes, args_info: list[Any]) -> RunResult:
+        sess = self._session()
+        device = self.device()
+        worker = f"{self.slot} via {os.uname().nodename}:{os.getpid()}"
+        try:
+            sess.upload(bytearray(artifact), "candidate.so")
+            rt_mod = sess.load_module("candidate.so")
+            dev = sess.cpu(0)
+            rng = np.random.default_rng(0)
+            args = [_remote_tensor(info, dev, rng) for info in args_info]
+            evaluator = rt_mod.time_evaluator(
+                rt_mod.entry_name,
+                dev,
+                number=self.config.number,
+                repeat=self.config.repeat,
+                min_repeat_ms=self.config.min_repeat_ms,
+                f_preproc="cache_flush_cpu_non_first_arg" if self.config.cache_flush else "",
+            )
+            secs = tuple(float(s) for s in evaluator(*args).results)
+            del evaluator, args, rt_mod, dev  # release remote objects before the next request
+            if self.config.cooldown_ms:
+                time.sleep(self.config.cooldown_ms / 1000)
+        except DeviceLost:
+            raise
+        except Exception as err:
+            text = str(err).lower()
+            if any(w in text for w in _CONNECTION_WORDS) or self._servers() == 0:
+                raise DeviceLost(f"{self.key}: {_first_line(err)}") from None
+            kind = ErrorKind.RUN_ERROR
+            return RunResult(
+                error_kind=kind,
+                error_msg=kind.message(f"{type(err).__name__}: {err}"),
+                device=device,
+                worker=worker,
+            )
+        finally:
+            del sess
+        if not secs or any(not math.isfinite(s) or s <= 0 for s in secs):
+            kind = ErrorKind.INVALID_RESULT
+            msg = kind.message(f"bad run times {secs}")
+            return RunResult(error_kind=kind, error_msg=msg, device=device, worker=worker)
+        return RunResult(run_secs=secs, device=device, worker=worker)
+
+    def run(self, artifact: bytes, inputs: list[np.ndarray], out_shape: tuple, dtype: str) -> Any:
+        """Run a kernel's entry once on ``inputs`` + one output buffer; the output (numpy)."""
+        import tvm
+
+        sess = self._session()
+        try:
+            sess.upload(bytearray(artifact), "kernel.so")
+            rt_mod = sess.load_module("kernel.so")
+            dev = sess.cpu(0)
+            args = [tvm.runtime.tensor(x, device=dev) for x in inputs]
+            out = tvm.runtime.empty(out_shape, dtype, dev)
+            rt_mod[rt_mod.entry_name](*args, out)
+            result = out.numpy()
+            del out, args, rt_mod, dev
+            return result
+        finally:
+            del sess
+
+
+def _remote_tensor(info: Any, dev: Any, rng: np.random.Generator) -> Any:
+    import tvm
+
+    kind, dtype, shape = info[0], info[1], [int(x) for x in info[2]]
+    if kind != "TENSOR":
+        raise ValueError(f"unsupported argument kind {kind!r}")
+    if dtype.startswith(("float", "bfloat")):
+        host = rng.uniform(-1.0, 1.0, size=shape).astype(dtype)
+    else:
+        host = rng.integers(0, 8, size=shape).astype(dtype)
+    return tvm.runtime.tensor(host, device=dev)
+
+
+def _first_line(err: BaseException) -> str:
+    lines = [line for line in str(err).strip().splitlines() if line.strip()]
+    return lines[0][:300] if lines else type(err).__name__

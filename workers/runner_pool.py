@@ -1,0 +1,666 @@
+"""Device runners across a cluster: one actor per device, candidates dispatched with retries.
+
+Each *slot* is one device (a host CPU, one GPU, an ARM node, a board behind TVM RPC) owned by one
+Ray actor that measures one candidate at a time. A :class:`RunnerPool` hands queued candidates to
+idle slots and turns every failure into a value:
+
+- the measurement returns an error value (the kernel failed): final, the slot is fine;
+- the actor dies (a kernel that crashes it, a killed process), hangs past ``run_timeout_s``
+  or returns something that is not a :class:`RunResult`: the actor is killed and restarted
+  and the candidate goes back to the queue, for another slot when there is one, at most
+  ``max_attempts`` times in all (then ``worker_died`` / ``run_timeout`` / ``invalid_result``);
+- blame: garbage or a failed start count against the slot at once; a death or a hang only if
+  the candidate then succeeds elsewhere (else the kernel was at fault). Until that verdict the
+  suspected slot takes no fresh candidate while an unsuspected healthy slot exists, so a
+  broken slot burns exactly ``quarantine_after`` candidates' first tries, however fast it
+  restarts;
+- a slot with ``quarantine_after`` failures in a row is quarantined: it gets no more work;
+  so is one on which ``2 * quarantine_after`` candidates in a row failed (everywhere);
+- a slot whose node left the cluster is dropped; its candidate is re-queued.
+
+A candidate is answered exactly once: its future is resolved by the dispatcher thread only, and
+a re-queued candidate is dispatched again only after its previous attempt is known to be dead.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import itertools
+import logging
+import os
+import platform
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+
+from workers.config import MeasureConfig
+from workers.results import ErrorKind, RunResult
+
+log = logging.getLogger("tunefarm.workers")
+
+DEFAULT_MEASURE_FN = "workers.measure:measure_artifact"
+CPU_RESOURCE = "tunefarm_cpu"  # nodes whose host CPU measures candidates
+ARM_RESOURCE = "tunefarm_arm64"  # native aarch64 nodes
+
+
+@ray.remote(num_cpus=0, max_restarts=0, max_concurrency=1)
+class DeviceRunner:
+    """A Ray actor owning one device; it measures one candidate at a time."""
+
+    def __init__(
+        self,
+        device_kind: str,
+        config: MeasureConfig,
+        measure_fn: str = DEFAULT_MEASURE_FN,
+        slot: str = "",
+    ) -> None:
+        from workers.sandbox import resolve
+
+        self.device_kind = device_kind
+        self.config = config
+        self.measure_fn = resolve(measure_fn)
+        self.slot = slot or device_kind
+        self.calls = 0
+
+    def __repr__(self) -> str:  # shown by Ray's state API and `tunefarm workers`
+        return f"runner {self.slot}"
+
+    def measure(self, artifact: bytes, args_info: list[Any]) -> RunResult:
+        self.calls += 1
+        return self.measure_fn(artifact, args_info, self.device_kind, self.config)
+
+    def ping(self) -> str:
+        return f"{os.uname().nodename}:{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class FaultPolicy:
+    """Bounds of the pool's recovery; validated at construction."""
+
+    max_attempts: int = 2  # tries of one candidate (on dying, hanging, garbage workers)
+    quarantine_after: int = 3  # consecutive failures of one slot
+    startup_timeout_s: float = 120.0  # extra time for a fresh actor's first answer
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError("FaultPolicy.max_attempts must be >= 1")
+        if self.quarantine_after < 1:
+            raise ValueError("FaultPolicy.quarantine_after must be >= 1")
+        if self.startup_timeout_s < 0:
+            raise ValueError("FaultPolicy.startup_timeout_s must be >= 0")
+
+
+@dataclass(frozen=True)
+class SlotSpec:
+    """How to start the actor of one device slot."""
+
+    name: str
+    device: str = "cpu"  # TVM device the actor measures on
+    node_id: str | None = None  # pin to this node (None: wherever resources allow)
+    num_gpus: float = 0
+    resources: dict[str, float] = field(default_factory=dict)
+    measure_fn: str = DEFAULT_MEASURE_FN
+    actor_cls: Any = None  # another actor class with the DeviceRunner interface (RPC bridge)
+    actor_args: tuple = ()
+
+    def start(self, config: MeasureConfig) -> Any:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        opts: dict[str, Any] = {"name": None, "num_gpus": self.num_gpus}
+        if self.resources:
+            opts["resources"] = dict(self.resources)
+        if self.node_id:
+            opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(self.node_id, soft=False)
+        if self.actor_cls is not None:
+            return self.actor_cls.options(**opts).remote(*self.actor_args, config, self.name)
+        return DeviceRunner.options(**opts).remote(self.device, config, self.measure_fn, self.name)
+
+    def mark_quarantined(self, reason: str) -> Any:
+        """A placeholder actor that shows the quarantine in Ray's state API."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        opts: dict[str, Any] = {}
+        if self.node_id:
+            opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(self.node_id, soft=True)
+        return QuarantinedSlot.options(**opts).remote(self.name, reason)
+
+
+@ray.remote(num_cpus=0)
+class QuarantinedSlot:
+    """Holds no device; exists so that ``tunefarm workers`` can list quarantined slots."""
+
+    def __init__(self, slot: str, reason: str) -> None:
+        self.slot, self.reason = slot, reason
+
+    def __repr__(self) -> str:
+        return f"{self.slot}: {self.reason}"
+
+    def info(self) -> str:
+        return repr(self)
+
+
+def discover_slots(kind: str, measure_fn: str = DEFAULT_MEASURE_FN) -> list[SlotSpec]:
+    """The cluster's devices of ``kind`` (``cpu``, ``cuda``, ``arm64``), one slot each.
+
+    ``cpu``: every node advertising the ``tunefarm_cpu`` resource, else the driver's node.
+    ``cuda``: every GPU of every node. ``arm64``: nodes advertising ``tunefarm_arm64``, plus
+    RPC bridges (:func:`rpc_slots`), else the driver's node if it is an aarch64 machine.
+    """
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    slots: list[SlotSpec] = []
+    for n in sorted(nodes, key=lambda n: n["NodeID"]):
+        res, nid = n.get("Resources", {}), n["NodeID"]
+        short = nid[:8]
+        if kind == "cpu" and res.get(CPU_RESOURCE):
+            slots.append(SlotSpec(f"cpu@{short}", "cpu", nid, measure_fn=measure_fn))
+        elif kind == "cuda":
+            for i in range(int(res.get("GPU", 0))):
+                slots.append(
+                    SlotSpec(f"cuda{i}@{short}", "cuda", nid, num_gpus=1, measure_fn=measure_fn)
+                )
+        elif kind == "arm64":
+            for i in range(int(res.get(ARM_RESOURCE, 0))):
+                slots.append(
+                    SlotSpec(
+                        f"arm{i}@{short}",
+                        "cpu",
+                        nid,
+                        resources={ARM_RESOURCE: 1},
+                        measure_fn=measure_fn,
+                    )
+                )
+    if kind == "arm64":
+        slots += rpc_slots()
+    here = ray.get_runtime_context().get_node_id()
+    native_arm = platform.machine() in ("aarch64", "arm64")
+    if not slots and (kind == "cpu" or (kind == "arm64" and native_arm)):
+        slots.append(SlotSpec(f"cpu@{here[:8]}", "cpu", here, measure_fn=measure_fn))
+    return slots
+
+
+def rpc_slots(
+    tracker: str | None = None, key: str | None = None, count: int | None = None
+) -> list[SlotSpec]:
+    """Bridge slots to devices behind a TVM RPC tracker (default: ``$TUNEFARM_RPC_TRACKER``,
+    ``$TUNEFARM_RPC_KEY``, ``$TUNEFARM_RPC_DEVICES`` bridges, else one per registered server).
+    The bridge actors run on the driver's node."""
+    tracker = tracker or os.environ.get("TUNEFARM_RPC_TRACKER")
+    if not tracker:
+        return []
+    from workers.arm_bridge import ArmBridge
+
+    key = key or os.environ.get("TUNEFARM_RPC_KEY", "arm")
+    if count is None:
+        count = int(os.environ.get("TUNEFARM_RPC_DEVICES", "0")) or _registered(tracker, key)
+    here = ray.get_runtime_context().get_node_id()
+    return [
+        SlotSpec(f"rpc:{key}#{i}", "cpu", here, actor_cls=ArmBridge, actor_args=(tracker, key))
+        for i in range(max(1, count))
+    ]
+
+
+def _registered(tracker: str, key: str) -> int:
+    """Servers registered with the tracker under ``key`` (0 when it cannot be asked)."""
+    try:
+        from tvm import rpc
+
+        host, _, port = tracker.rpartition(":")
+        summary = rpc.connect_tracker(host, int(port)).summary()
+        return sum(1 for s in summary.get("server_info", []) if s.get("key", "").endswith(key))
+    except Exception:
+        return 0
+
+
+class PoolFuture:
+    """The pending result of one candidate; resolved once, by the dispatcher."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self._event = threading.Event()
+        self._result: RunResult | None = None
+        self.attempts = 0
+        self.slots: list[str] = []  # slots that tried it, in order
+
+    def done(self) -> bool:
+        return self._event.is_set()
+
+    def result(self, timeout: float | None = None) -> RunResult:
+        if not self._event.wait(timeout):
+            raise TimeoutError(f"candidate {self.key} still pending")
+        assert self._result is not None
+        return self._result
+
+    def _resolve(self, result: RunResult) -> None:
+        if self._event.is_set():  # never twice
+            raise RuntimeError(f"candidate {self.key} resolved twice")
+        self._result = result
+        self._event.set()
+
+
+@dataclass
+class _Work:
+    future: PoolFuture
+    artifact: Any
+    args_info: list[Any]
+    rebuild: Callable[[], Any] | None = None
+    avoid: set[str] = field(default_factory=set)  # slots it failed on
+    suspects: list[str] = field(default_factory=list)  # slots to blame if it succeeds later
+    last: tuple[ErrorKind, str] | None = None  # its latest failure
+
+
+@dataclass
+class Slot:
+    """Live state of one device slot."""
+
+    spec: SlotSpec
+    actor: Any = None
+    starting: bool = False  # waiting for a fresh actor's first ping
+    work: _Work | None = None
+    ref: Any = None
+    deadline: float = 0.0
+    ahead: _Work | None = None  # a second call queued in the actor behind ``work``
+    ahead_ref: Any = None
+    failures: int = 0  # consecutive failures blamed on this slot
+    streak: int = 0  # consecutive candidates that failed here and everywhere else
+    measured: int = 0
+    restarts: int = 0
+    state: str = "idle"  # idle | busy | quarantined | lost
+
+    @property
+    def healthy(self) -> bool:
+        return self.state in ("idle", "busy")
+
+
+def _err(kind: ErrorKind, detail: str, worker: str | None = None) -> RunResult:
+    return RunResult(error_kind=kind, error_msg=kind.message(detail), worker=worker)
+
+
+class RunnerPool:
+    """Dispatches candidates to device slots, one at a time per slot, with fault recovery.
+
+    ``in_flight=2`` (the default) keeps a second call queued in each busy actor when
+    candidates wait: the actor (``max_concurrency=1``) still measures one at a time, but starts
+    the next one without waiting for the dispatcher's round trip. The queued call counts as an
+    attempt only once it is the slot's current call; if the actor is killed before, it goes
+    back to the queue unharmed.
+    """
+
+    def __init__(
+        self,
+        slots: list[SlotSpec],
+        config: MeasureConfig,
+        policy: FaultPolicy | None = None,
+        in_flight: int = 2,
+    ) -> None:
+        if not slots:
+            raise ValueError("a runner pool needs at least one device slot")
+        if in_flight not in (1, 2):
+            raise ValueError("RunnerPool.in_flight must be 1 or 2")
+        self.in_flight = in_flight
+        self.config = config
+        self.policy = policy or FaultPolicy()
+        self.slots = [Slot(spec) for spec in slots]
+        self._queue: collections.deque[_Work] = collections.deque()
+        self._on_trial: list[_Work] = []  # died or hung on a slot: blamed if they succeed elsewhere
+        self._cv = threading.Condition()
+        self._stop = False
+        self._ids = itertools.count()
+        self.events: list[str] = []  # what happened, for logs and tests
+        self._markers: list[Any] = []  # QuarantinedSlot actors, until shutdown
+        self._thread = threading.Thread(target=self._loop, name="tunefarm-runners", daemon=True)
+        self._thread.start()
+
+    # ----------------------------------------------------------------- public
+    def submit(
+        self,
+        artifact: Any,
+        args_info: list[Any],
+        key: str | None = None,
+        rebuild: Callable[[], Any] | None = None,
+    ) -> PoolFuture:
+        """Queue one candidate (``artifact``: an ObjectRef or bytes of the built ``.so``)."""
+        fut = PoolFuture(key or f"candidate-{next(self._ids)}")
+        with self._cv:
+            if self._stop:
+                raise RuntimeError("the runner pool is shut down")
+            self._queue.append(_Work(fut, artifact, args_info, rebuild))
+            self._cv.notify()
+        return fut
+
+    def stats(self) -> list[dict[str, Any]]:
+        """One row per slot: name, state, measured, consecutive failures, restarts."""
+        with self._cv:
+            return [
+                {
+                    "slot": s.spec.name,
+                    "node": s.spec.node_id,
+                    "state": s.state,
+                    "measured": s.measured,
+                    "failures": s.failures,
+                    "restarts": s.restarts,
+                }
+                for s in self.slots
+            ]
+
+    def shutdown(self) -> None:
+        """Fail what is still queued, stop the dispatcher and the actors."""
+        with self._cv:
+            self._stop = True
+            self._cv.notify_all()
+        self._thread.join(timeout=30)
+        for slot in self.slots:
+            self._kill(slot)
+        for marker in self._markers:
+            with contextlib.suppress(Exception):
+                ray.kill(marker)
+        self._markers.clear()
+
+    def __enter__(self) -> RunnerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # ----------------------------------------------------------------- dispatcher
+    def _loop(self) -> None:
+        try:
+            self._dispatch_loop()
+        except BaseException as err:  # never leave a future unresolved
+            log.exception("runner pool dispatcher failed")
+            with self._cv:
+                self._stop = True
+                self._fail_all(f"runner pool dispatcher failed: {_first_line(err)}")
+
+    def _dispatch_loop(self) -> None:
+        while True:
+            with self._cv:
+                if self._stop:
+                    self._fail_all("runner pool shut down")
+                    return
+                self._assign()
+                busy = [s for s in self.slots if s.ref is not None]
+                if not busy:
+                    if self._queue and not any(s.healthy for s in self.slots):
+                        self._fail_all("no healthy device runner left (all quarantined or lost)")
+                    self._cv.wait(0.2)
+                    continue
+            refs = [s.ref for s in busy]
+            wait_s = max(0.0, min(0.2, min(s.deadline for s in busy) - time.monotonic()))
+            ready, _ = ray.wait(refs, num_returns=1, timeout=wait_s)
+            if ready:  # collect everything that is ready now, not just the first
+                ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            values: dict[Any, Any] = {}
+            if ready:
+                try:  # one round trip for every ready result
+                    values = dict(zip(ready, ray.get(ready), strict=True))
+                except ray.exceptions.RayError:
+                    values = {}  # some failed: fetch one by one
+            ready_set = set(ready)
+            now = time.monotonic()
+            for slot in busy:
+                if slot.ref in ready_set:
+                    self._collect(slot, values.get(slot.ref, _UNFETCHED))
+                elif now > slot.deadline:
+                    self._timeout(slot)
+
+    def _suspected(self) -> set[str]:
+        """Slots awaiting a verdict: a candidate died or hung there and is not yet answered."""
+        self._on_trial = [w for w in self._on_trial if not w.future.done()]
+        return {name for w in self._on_trial for name in w.suspects}
+
+    def _assign(self) -> None:
+        idle = [s for s in self.slots if s.state == "idle"]
+        suspected = self._suspected()
+        # suspected slots serve only when every healthy slot is suspected (a lone runner must
+        # still make progress)
+        if any(s.healthy and s.spec.name not in suspected for s in self.slots):
+            idle = [s for s in idle if s.spec.name not in suspected]
+        waiting: list[_Work] = []
+        while self._queue and idle:
+            work = self._queue.popleft()
+            if not work.avoid:  # the common case: any idle slot
+                self._dispatch(idle.pop(0), work)
+                continue
+            # a candidate that failed on a slot is retried on another one if there is one,
+            # else on the same one, restarted
+            fresh = [s for s in self.slots if s.healthy and s.spec.name not in work.avoid]
+            pool = fresh or [s for s in self.slots if s.healthy]
+            pick = next((s for s in idle if s in pool), None)
+            if pick is not None:
+                idle.remove(pick)
+                self._dispatch(pick, work)
+            elif pool:
+                waiting.append(work)  # wait for one of them to be idle
+            else:
+                self._give_up(work)
+        self._queue.extendleft(reversed(waiting))  # they keep their place in line
+        if self.in_flight > 1 and self._queue:
+            self._queue_ahead(suspected)
+
+    def _queue_ahead(self, suspected: set[str]) -> None:
+        """Queue a second call in busy actors (fresh candidates only: a retried one waits for
+        an idle slot of its choice)."""
+        for slot in self.slots:
+            if not self._queue or self._queue[0].avoid:
+                return
+            if (
+                slot.state == "busy"
+                and slot.spec.name not in suspected
+                and slot.ref is not None
+                and not slot.starting
+                and slot.ahead is None
+                and slot.actor is not None
+            ):
+                work = self._queue.popleft()
+                slot.ahead = work
+                slot.ahead_ref = slot.actor.measure.remote(work.artifact, work.args_info)
+
+    def _promote(self, slot: Slot) -> None:
+        """The queued call becomes the slot's current one (the actor is running it)."""
+        if slot.ahead is None or not slot.healthy:
+            return
+        work, ref = slot.ahead, slot.ahead_ref
+        slot.ahead = slot.ahead_ref = None
+        slot.work, slot.ref, slot.state = work, ref, "busy"
+        work.future.attempts += 1
+        work.future.slots.append(slot.spec.name)
+        slot.deadline = time.monotonic() + self.config.run_timeout_s
+
+    def _unqueue_ahead(self, slot: Slot) -> None:
+        """The actor is gone: its queued call never ran; back to the front of the line."""
+        if slot.ahead is None:
+            return
+        work = slot.ahead
+        slot.ahead = slot.ahead_ref = None
+        self._note(f"re-queued: {work.future.key} (it waited behind a call on {slot.spec.name})")
+        with self._cv:
+            self._queue.appendleft(work)
+
+    def _dispatch(self, slot: Slot, work: _Work) -> None:
+        slot.work, slot.state = work, "busy"
+        if slot.actor is None:  # start it and wait for its ping before timing anything
+            slot.actor = slot.spec.start(self.config)
+            slot.starting = True
+            slot.ref = slot.actor.ping.remote()
+            slot.deadline = time.monotonic() + self.policy.startup_timeout_s
+            return
+        self._measure(slot)
+
+    def _measure(self, slot: Slot) -> None:
+        work = slot.work
+        assert work is not None
+        work.future.attempts += 1
+        work.future.slots.append(slot.spec.name)
+        slot.ref = slot.actor.measure.remote(work.artifact, work.args_info)
+        slot.deadline = time.monotonic() + self.config.run_timeout_s
+
+    def _release(self, slot: Slot) -> _Work:
+        work = slot.work
+        assert work is not None
+        slot.work, slot.ref, slot.starting = None, None, False
+        if slot.state == "busy":
+            slot.state = "idle"
+        return work
+
+    def _collect(self, slot: Slot, value: Any = None) -> None:
+        try:
+            if value is _UNFETCHED:
+                value = ray.get(slot.ref)
+        except ray.exceptions.ObjectLostError as err:
+            work = self._release(slot)  # the artifact is gone, not the runner
+            self._promote(slot)
+            self._artifact_lost(work, err)
+            return
+        except ray.exceptions.RayActorError as err:
+            detail = f"runner {slot.spec.name} died: {_first_line(err)}"
+            if slot.spec.node_id and not _node_alive(slot.spec.node_id):
+                work = self._release(slot)
+                self._kill(slot)
+                slot.state = "lost"
+                self._note(f"lost: {slot.spec.name} (its node left the cluster)")
+                self._retry(work, slot, ErrorKind.WORKER_DIED, detail, blame=None)
+                return
+            self._failed(slot, ErrorKind.WORKER_DIED, detail, certain=slot.starting)
+            return
+        except ray.exceptions.RayError as err:
+            detail = f"runner {slot.spec.name}: {_first_line(err)}"
+            self._failed(slot, ErrorKind.WORKER_DIED, detail, certain=True)
+            return
+        if slot.starting:
+            slot.starting = False
+            self._measure(slot)
+            return
+        if not isinstance(value, RunResult):
+            detail = f"runner {slot.spec.name} returned {type(value).__name__}, not a RunResult"
+            self._failed(slot, ErrorKind.INVALID_RESULT, detail, certain=True)
+            return
+        work = self._release(slot)
+        self._promote(slot)
+        slot.failures = slot.streak = 0
+        slot.measured += 1
+        for name in work.suspects:  # it failed there but works here: those slots were at fault
+            self._strike(self._slot(name))
+        work.future._resolve(value)
+
+    def _timeout(self, slot: Slot) -> None:
+        if slot.starting:
+            self._failed(
+                slot, ErrorKind.WORKER_DIED, f"runner {slot.spec.name} did not start", certain=True
+            )
+            return
+        detail = f"no result within {self.config.run_timeout_s:.0f} s on {slot.spec.name}"
+        self._failed(slot, ErrorKind.RUN_TIMEOUT, detail, certain=False)
+
+    def _failed(self, slot: Slot, kind: ErrorKind, detail: str, *, certain: bool) -> None:
+        """Restart the slot's actor and retry the candidate on another slot.
+
+        ``certain``: the slot is at fault (garbage, failed start). Otherwise (it died or hung
+        while running the candidate) the kernel may be at fault: the slot is blamed only if the
+        candidate then succeeds on another slot.
+        """
+        work = self._release(slot)
+        self._kill(slot)
+        slot.restarts += 1
+        if certain:
+            self._strike(slot)
+        self._retry(work, slot, kind, detail, blame=None if certain else slot.spec.name)
+
+    def _strike(self, slot: Slot) -> None:
+        slot.failures += 1
+        if slot.failures >= self.policy.quarantine_after and slot.healthy:
+            self._quarantine(slot, f"{slot.failures} failures in a row")
+
+    def _quarantine(self, slot: Slot, why: str) -> None:
+        slot.state = "quarantined"
+        self._kill(slot)
+        self._note(f"quarantined: {slot.spec.name} after {why}")
+        with contextlib.suppress(Exception):
+            self._markers.append(slot.spec.mark_quarantined(why))
+
+    def _retry(
+        self, work: _Work, slot: Slot, kind: ErrorKind, detail: str, blame: str | None
+    ) -> None:
+        self._note(f"{kind.value}: {work.future.key} on {slot.spec.name}: {detail}")
+        work.avoid.add(slot.spec.name)
+        work.last = (kind, detail)
+        if blame:
+            work.suspects.append(blame)
+            self._on_trial.append(work)
+        if work.future.attempts >= self.policy.max_attempts:
+            self._give_up(work)
+            return
+        with self._cv:
+            self._queue.appendleft(work)
+
+    def _give_up(self, work: _Work) -> None:
+        """Final answer for a candidate no slot could measure (suspects are forgiven)."""
+        kind, detail = work.last or (ErrorKind.WORKER_DIED, "no healthy device runner left")
+        tried = f"{work.future.attempts} attempt(s) on {', '.join(work.future.slots) or '-'}"
+        work.future._resolve(_err(kind, f"{detail} ({tried})"))
+        # a slot that fails candidate after candidate, with no success between, is broken
+        # even if no other slot could prove it
+        for name in dict.fromkeys(work.future.slots):
+            slot = self._slot(name)
+            slot.streak += 1
+            if slot.streak >= 2 * self.policy.quarantine_after and slot.healthy:
+                self._quarantine(slot, f"{slot.streak} failed candidates in a row")
+
+    def _slot(self, name: str) -> Slot:
+        return next(s for s in self.slots if s.spec.name == name)
+
+    def _artifact_lost(self, work: _Work, err: Exception) -> None:
+        self._note(f"artifact lost: {work.future.key}: {_first_line(err)}")
+        if work.rebuild is None or work.future.attempts >= self.policy.max_attempts:
+            work.future._resolve(
+                _err(ErrorKind.WORKER_DIED, f"artifact lost with its node: {_first_line(err)}")
+            )
+            return
+        work.artifact = work.rebuild()
+        with self._cv:
+            self._queue.appendleft(work)
+
+    def _kill(self, slot: Slot) -> None:
+        self._unqueue_ahead(slot)
+        if slot.actor is not None:
+            with contextlib.suppress(Exception):  # already gone
+                ray.kill(slot.actor, no_restart=True)
+        slot.actor = None
+
+    def _fail_all(self, detail: str) -> None:
+        while self._queue:
+            work = self._queue.popleft()
+            work.future._resolve(_err(ErrorKind.WORKER_DIED, detail))
+        for slot in self.slots:
+            if slot.ahead is not None:
+                slot.ahead.future._resolve(_err(ErrorKind.WORKER_DIED, detail))
+                slot.ahead = slot.ahead_ref = None
+            if slot.work is not None:
+                work = self._release(slot)
+                if not work.future.done():
+                    work.future._resolve(_err(ErrorKind.WORKER_DIED, detail))
+            if slot.state == "idle":
+                slot.state = "stopped"
+
+    def _note(self, event: str) -> None:
+        log.warning("%s", event)
+        self.events.append(event)
+
+
+_UNFETCHED = object()
+
+
+def _node_alive(node_id: str) -> bool:
+    try:
+        return any(n["NodeID"] == node_id and n.get("Alive") for n in ray.nodes())
+    except Exception:
+        return True
+
+
+def _first_line(err: BaseException) -> str:
+    lines = [line for line in str(err).strip().splitlines() if line.strip()]
+    return lines[0][:300] if lines else type(err).__name__

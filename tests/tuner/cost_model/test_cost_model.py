@@ -1,0 +1,248 @@
+"""TuneFarm's cost model on records of a real tune: training, evaluation, snapshots in SQLite
+and PostgreSQL, fallback on bad snapshots, the CLI, and a warm-started job against a cold one."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import pytest
+import xgboost as xgb
+from sqlalchemy import select
+from typer.testing import CliRunner
+
+from benchmarks.cost_model import copy_sqlite
+from database import Storage, TargetKey
+from database.models import RecordRow
+from database.snapshots import latest_snapshot, list_snapshots, save_snapshot
+from tests.conftest import TINY
+from tests.tuner.cost_model.conftest import CM_MATMUL
+from tuner.cli import app
+from tuner.cost_model import check_name
+from tuner.cost_model.dataset import load_dataset
+from tuner.cost_model.evaluate import compare
+from tuner.cost_model.features import FEATURE_VERSION
+from tuner.cost_model.metrics import evaluate
+from tuner.cost_model.model import TunefarmModel
+from tuner.cost_model.ranker import FORMAT_VERSION, RankerParams, fit_ranker, from_bytes, to_bytes
+from tuner.cost_model.warm import base_model, score_rows
+from tuner.errors import TuneFarmError
+from tuner.job import TuneConfig, tune
+from tuner.model import load_model
+from workers.config import MeasureConfig
+
+runner = CliRunner()
+PARAMS = RankerParams(nthread=2)
+
+
+@pytest.fixture(scope="module")
+def dataset(cm_db, llvm_target):
+    from tuner.fastimport import preload_tensor_intrin
+
+    preload_tensor_intrin()
+    return load_dataset(Storage(cm_db.url, create=False), TargetKey.of(llvm_target))
+
+
+def _snapshot(storage: Storage, blob: bytes, **over) -> int:
+    fields = {
+        "target_kind": "llvm",
+        "target_arch": None,
+        "model_blob": blob,
+        "format_version": FORMAT_VERSION,
+        "xgboost_version": xgb.__version__,
+        "feature_version": FEATURE_VERSION,
+        "n_records": 1000,
+        "trained_on": {"max_id": 10**9, "count": 1000},
+        "metrics": {"note": "test"},
+        "created_by": "test",
+    }
+    return save_snapshot(storage, **(fields | over))
+
+
+# ---------------------------------------------------------------------- pure parts
+def test_metrics_follow_tenset_definitions() -> None:
+    secs = np.array([1.0, 2.0, 4.0, 8.0, np.nan, 1.0, 3.0])
+    group = np.array([0, 0, 0, 0, 0, 1, 1])
+    perfect = evaluate(1.0 / np.nan_to_num(secs, nan=1e9), secs, group, ks=(1, 2))
+    assert perfect["pairwise_accuracy"] == 1.0 and perfect["workloads"] == 2
+    assert perfect["recall@1"] == 1.0 and perfect["peak@1"] == 1.0
+    worst = evaluate(np.nan_to_num(secs, nan=0.0), secs, group, ks=(1, 2))
+    assert worst["pairwise_accuracy"] == 0.0
+    # the model's top-1 is the slowest: peak@1 = mean(1/8 / 1, 1/3 / 1)
+    assert worst["peak@1"] == pytest.approx((1 / 8 + 1 / 3) / 2)
+    # group 1 has two candidates: its top 2 are everything
+    assert worst["recall@2"] == 0.5 and worst["peak@2"] == pytest.approx((1 / 4 + 1) / 2)
+
+
+def test_cost_models_by_name() -> None:
+    assert check_name("tunefarm") == "tunefarm"
+    with pytest.raises(TuneFarmError, match="valid: tunefarm, xgb, random"):
+        check_name("gbdt")
+    with pytest.raises(TuneFarmError, match="unknown cost model 'gbdt'"):
+        TuneConfig(trials=4, cost_model="gbdt")
+
+
+# ---------------------------------------------------------------------- real records
+def test_features_and_training_on_real_records(dataset) -> None:
+    assert len(dataset) >= 40 and dataset.valid.sum() >= 40
+    assert len(set(dataset.group.tolist())) == 2  # the n=8 and n=32 workloads
+    assert dataset.x.shape[1] == 3 * 164 + 1 + 6
+    buckets = {tuple(w.bucket.items()) for w in dataset.workloads.values()}
+    assert buckets == {(("n", 8),), (("n", 32),)}
+    # the shape features tell the buckets apart
+    assert len({tuple(r[-6:]) for r in dataset.x}) == 2
+    booster = fit_ranker(dataset.x, dataset.secs, dataset.group, PARAMS)
+    assert booster is not None
+    train = evaluate(score_rows(booster, dataset.x), dataset.secs, dataset.group)
+    assert train["pairwise_accuracy"] > 0.9
+
+
+def test_eval_against_stock_and_random(dataset) -> None:
+    result = compare(dataset, PARAMS)
+    assert set(result) == {"tunefarm", "stock_xgb", "random"}
+    for res in result.values():
+        for split in ("chronological", "leave_one_workload_out"):
+            assert res[split]["pairs"] > 0 and 0 <= res[split]["pairwise_accuracy"] <= 1
+            assert 0 < res[split]["peak@5"] <= 1
+    # held-out records of workloads it has seen: better than chance (the quality comparison
+    # with stock XGBModel is the benchmark's, on a larger history)
+    assert result["tunefarm"]["pairwise_accuracy"] > 0.5
+    assert result["tunefarm"]["chronological"]["folds"] == 1
+    assert result["tunefarm"]["leave_one_workload_out"]["folds"] == 2  # one per bucket
+
+
+# ---------------------------------------------------------------------- snapshots
+def test_snapshot_round_trip(any_url, dataset, tmp_path) -> None:
+    booster = fit_ranker(dataset.x, dataset.secs, dataset.group, PARAMS)
+    storage = Storage(any_url)
+    assert latest_snapshot(storage, "llvm", None) is None
+    first = _snapshot(storage, b"old")
+    snap_id = _snapshot(storage, to_bytes(booster), trained_on=dataset.trained_on())
+    assert snap_id > first
+    info, blob = latest_snapshot(Storage(any_url, create=False), "llvm", None)
+    assert info.id == snap_id and info.trained_on["count"] == len(dataset)
+    assert info.tvm_version and info.xgboost_version == xgb.__version__
+    assert info.metrics == {"note": "test"} and info.created_by == "test"
+    loaded = from_bytes(blob)
+    np.testing.assert_array_equal(score_rows(loaded, dataset.x), score_rows(booster, dataset.x))
+    assert [s.id for s in list_snapshots(storage, "llvm", None)] == [snap_id, first]
+    assert list_snapshots(storage, "cuda", "sm_90") == []
+    # the PyCostModel save/load interface writes XGBoost's own UBJSON file
+    model = TunefarmModel(base=loaded)
+    path = tmp_path / "model.ubj"
+    model.save(str(path))
+    again = TunefarmModel()
+    again.load(str(path))
+    np.testing.assert_array_equal(
+        score_rows(again.ranker, dataset.x), score_rows(booster, dataset.x)
+    )
+
+
+def test_bad_snapshots_fall_back_to_training(cm_db, llvm_target, tmp_path, caplog) -> None:
+    path = tmp_path / "copy.db"
+    copy_sqlite(cm_db.path, path)
+    storage = Storage(f"sqlite:///{path}")
+    key = TargetKey.of(llvm_target)
+    arch = {"target_kind": key.kind, "target_arch": key.arch}
+    caplog.set_level(logging.INFO, logger="tunefarm.cost_model")
+
+    corrupt = _snapshot(storage, b"\x00not an xgboost model", **arch)
+    base = base_model(storage, key, PARAMS)
+    assert base.source == "trained" and base.booster is not None
+    assert f"snapshot #{corrupt} is corrupt" in caplog.text
+    assert base.snapshot_id > corrupt  # the retrained model is the new latest snapshot
+
+    caplog.clear()
+    old = _snapshot(storage, to_bytes(base.booster), feature_version=FEATURE_VERSION + 1, **arch)
+    again = base_model(storage, key, PARAMS)
+    assert again.source == "trained" and f"snapshot #{old} is incompatible" in caplog.text
+
+    reuse = base_model(storage, key, PARAMS)
+    assert reuse.source == "snapshot" and reuse.snapshot_id == again.snapshot_id
+
+
+# ---------------------------------------------------------------------- CLI
+def test_model_cli(cm_db, tmp_path) -> None:
+    path = tmp_path / "cli.db"
+    copy_sqlite(cm_db.path, path)
+    url = f"sqlite:///{path}"
+    res = runner.invoke(app, ["model", "list", "--db", url])
+    assert res.exit_code == 0 and "no cost-model snapshots" in res.output
+    res = runner.invoke(app, ["model", "train", "--db", url])
+    assert res.exit_code == 0, res.output
+    assert "snapshot #1: trained on" in res.output
+    res = runner.invoke(app, ["model", "list", "--db", url, "--target", "llvm"])
+    assert res.exit_code == 0 and "llvm/" in res.output
+    res = runner.invoke(app, ["model", "eval", "--db", url, "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert set(out) == {"tunefarm", "stock_xgb", "random"}
+    assert all(isinstance(v["pairwise_accuracy"], float) for v in out.values())
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["model", "eval"], "no valid tuning records for target llvm/"),
+        (["model", "train", "--target", "cuda", "--arch", "sm_90"], "target cuda/sm_90"),
+        (["model", "eval", "--test-frac", "2"], "--test-frac must be between 0 and 1"),
+        (
+            ["tune", str(TINY), "--cost-model", "gbdt"],
+            "unknown cost model 'gbdt'; valid: tunefarm, xgb, random",
+        ),
+    ],
+)
+def test_model_cli_errors(args, needle, sqlite_url) -> None:
+    Storage(sqlite_url)  # an empty TuneFarm database
+    res = runner.invoke(app, [*args, "--db", sqlite_url])
+    assert res.exit_code == 1, res.output
+    lines = [line for line in res.output.strip().splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], res.output
+
+
+# ---------------------------------------------------------------------- warm vs cold job
+def _first_batch(url: str, job_id: int) -> list[float]:
+    query = select(RecordRow.trace_json, RecordRow.mean_sec).where(RecordRow.job_id == job_id)
+    rows = Storage(url, create=False).run(lambda s: list(s.execute(query.order_by(RecordRow.id))))
+    searched = [sec for trace, sec in rows if json.loads(trace)[0]]  # not the default schedule
+    return [s if s is not None else float("inf") for s in searched[:8]]
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_warm_job_proposes_better_first_batch(cm_db, llvm_target, tmp_path) -> None:
+    """A job on a bucket the team's model was trained on: its first 8 proposals, measured,
+    beat the first 8 of a cold job (same seed, same budget, fresh databases)."""
+    key = TargetKey.of(llvm_target)
+    trained = base_model(Storage(cm_db.url), key, PARAMS)
+    assert trained.booster is not None
+    model = load_model(CM_MATMUL)
+    batches = {}
+    for name, cost_model in (("cold", "xgb"), ("warm", "tunefarm")):
+        url = f"sqlite:///{tmp_path / name}.db"
+        storage = Storage(url)
+        if name == "warm":  # a teammate's snapshot: no record of this database helps the search
+            save_snapshot(
+                storage,
+                target_kind=key.kind,
+                target_arch=key.arch,
+                model_blob=to_bytes(trained.booster),
+                format_version=FORMAT_VERSION,
+                xgboost_version=xgb.__version__,
+                feature_version=FEATURE_VERSION,
+                n_records=48,
+                trained_on={"max_id": 0, "count": 48},
+            )
+        config = TuneConfig(
+            trials=9,
+            trials_per_iter=8,
+            seed=3,
+            measure=MeasureConfig(min_repeat_ms=5, repeat=2),
+            cost_model=cost_model,
+        )
+        summary = tune(model.mod, llvm_target, storage, config, buckets={"n": [32]})
+        batches[name] = _first_batch(url, summary.job_id)
+    cold, warm = batches["cold"], batches["warm"]
+    assert len(cold) == len(warm) == 8
+    assert np.median(warm) < np.median(cold), batches

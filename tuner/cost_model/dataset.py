@@ -1,0 +1,193 @@
+"""Training data for the cost model, read from the schedule database.
+
+Every record of a target kind and architecture (valid or failed) becomes one row: features
+recomputed by replaying its trace on its workload, its mean latency (NaN when it failed), its
+workload (the ranking group) and its record id (for chronological splits).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import tvm
+from sqlalchemy import func, select
+from tvm.s_tir import meta_schedule as ms
+
+from database import Storage, TargetKey
+from database.models import RecordRow, WorkloadRow
+from tuner.cost_model.features import (
+    extractor,
+    featurize,
+    replay_candidates,
+    shape_features,
+)
+from tuner.fastimport import preload_tensor_intrin
+
+log = logging.getLogger("tunefarm.cost_model")
+
+
+@dataclass(frozen=True)
+class WorkloadInfo:
+    """What the cost model knows about a workload: identity, family and bucket."""
+
+    id: int
+    shash: str
+    task_name: str | None
+    family: str | None
+    bucket: dict[str, int] | None
+
+
+@dataclass
+class Dataset:
+    """Rows of features with latencies (NaN = failed), ranking groups and record ids."""
+
+    x: np.ndarray
+    secs: np.ndarray
+    group: np.ndarray
+    record_id: np.ndarray
+    per_store: list[np.ndarray] = field(default_factory=list)
+    workloads: dict[int, WorkloadInfo] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.secs)
+
+    @property
+    def valid(self) -> np.ndarray:
+        return np.isfinite(self.secs)
+
+    def subset(self, mask: np.ndarray) -> Dataset:
+        idx = np.flatnonzero(mask)
+        return Dataset(
+            x=self.x[idx],
+            secs=self.secs[idx],
+            group=self.group[idx],
+            record_id=self.record_id[idx],
+            per_store=[self.per_store[i] for i in idx] if self.per_store else [],
+            workloads=self.workloads,
+        )
+
+    def trained_on(self) -> dict[str, Any]:
+        """Which records these are: id range, count and a hash of the ids."""
+        ids = np.sort(self.record_id)
+        digest = hashlib.sha256(ids.astype(np.int64).tobytes()).hexdigest()[:16]
+        return {
+            "min_id": int(ids[0]) if len(ids) else None,
+            "max_id": int(ids[-1]) if len(ids) else None,
+            "count": len(ids),
+            "valid": int(self.valid.sum()),
+            "workloads": len(set(self.group.tolist())),
+            "ids_sha256": digest,
+        }
+
+
+def _target_filter(query: Any, kind: str, arch: str | None) -> Any:
+    query = query.where(RecordRow.target_kind == kind)
+    if arch is None:
+        return query.where(RecordRow.target_arch.is_(None))
+    return query.where(RecordRow.target_arch == arch)
+
+
+def record_stats(
+    storage: Storage, kind: str, arch: str | None, after_id: int = 0
+) -> tuple[int, int]:
+    """(count, max id) of valid records of a target kind and arch with id > ``after_id``."""
+    query = _target_filter(
+        select(func.count(RecordRow.id), func.max(RecordRow.id)).where(
+            RecordRow.mean_sec.is_not(None), RecordRow.id > after_id
+        ),
+        kind,
+        arch,
+    )
+    count, max_id = storage.run(lambda s: s.execute(query).one())
+    return int(count or 0), int(max_id or 0)
+
+
+def workload_infos(storage: Storage, ids: list[int] | None = None) -> dict[int, WorkloadInfo]:
+    query = select(
+        WorkloadRow.id,
+        WorkloadRow.shash,
+        WorkloadRow.task_name,
+        WorkloadRow.family_shash,
+        WorkloadRow.bucket_json,
+    )
+    if ids is not None:
+        query = query.where(WorkloadRow.id.in_(ids))
+    rows = storage.run(lambda s: list(s.execute(query)))
+    return {
+        r[0]: WorkloadInfo(r[0], r[1], r[2], r[3], json.loads(r[4]) if r[4] else None) for r in rows
+    }
+
+
+def load_dataset(
+    storage: Storage,
+    target: TargetKey,
+    *,
+    workload_ids: list[int] | None = None,
+    max_records: int | None = None,
+    include_failed: bool = True,
+) -> Dataset:
+    """Records of ``target``'s kind and arch as a dataset (the newest ``max_records``)."""
+    query = _target_filter(
+        select(
+            RecordRow.id,
+            RecordRow.workload_id,
+            RecordRow.trace_json,
+            RecordRow.args_info_json,
+            RecordRow.mean_sec,
+            RecordRow.target_json,
+        ),
+        target.kind,
+        target.arch,
+    ).order_by(RecordRow.id.desc())
+    if not include_failed:
+        query = query.where(RecordRow.mean_sec.is_not(None))
+    if workload_ids is not None:
+        query = query.where(RecordRow.workload_id.in_(workload_ids))
+    if max_records is not None:
+        query = query.limit(max_records)
+    rows = storage.run(lambda s: list(s.execute(query)))[::-1]
+    by_wl: dict[int, list[Any]] = {}
+    for row in rows:
+        by_wl.setdefault(row[1], []).append(row)
+    infos = workload_infos(storage, list(by_wl))
+    mods = {}
+    if by_wl:
+        q = select(WorkloadRow.id, WorkloadRow.mod_json).where(WorkloadRow.id.in_(list(by_wl)))
+        mods = dict(storage.run(lambda s: list(s.execute(q))))
+    if by_wl:
+        preload_tensor_intrin()  # TuneContext imports it; the slow path costs ~40 s
+    fx = extractor()
+    xs, secs, groups, ids, stores = [], [], [], [], []
+    skipped = 0
+    for wid, recs in by_wl.items():
+        mod = tvm.ir.load_json(mods[wid])
+        tgt = tvm.target.Target(json.loads(recs[0][5]))
+        cands, kept = replay_candidates(mod, tgt, [(r[2], r[3]) for r in recs])
+        skipped += len(recs) - len(kept)
+        if not cands:
+            continue
+        ctx = ms.TuneContext(mod=mod, target=tgt, num_threads=1)
+        feats = featurize(ctx, cands, shape_features(mod, infos[wid].bucket), fx)
+        for j, i in enumerate(kept):
+            xs.append(feats.pooled[j])
+            stores.append(feats.per_store[j])
+            secs.append(np.nan if recs[i][4] is None else float(recs[i][4]))
+            groups.append(wid)
+            ids.append(recs[i][0])
+    if skipped:
+        log.info("cost model: %d stored traces did not replay and were left out", skipped)
+    order = np.argsort(np.asarray(ids, dtype=np.int64), kind="stable")
+    width = 3 * 164 + 1 + 6
+    return Dataset(
+        x=np.asarray(xs, dtype=np.float32).reshape(-1, width)[order],
+        secs=np.asarray(secs, dtype=np.float64)[order],
+        group=np.asarray(groups, dtype=np.int64)[order],
+        record_id=np.asarray(ids, dtype=np.int64)[order],
+        per_store=[stores[i] for i in order],
+        workloads=infos,
+    )

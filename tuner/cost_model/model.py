@@ -1,0 +1,150 @@
+"""TuneFarm's cost model behind MetaSchedule's ``PyCostModel`` interface.
+
+The model is a generic *base* ranker (trained on every record of the target kind and arch,
+usually loaded from the latest database snapshot) plus an *online* correction: after every
+measured batch, a few boosting rounds are fitted on top of the base on the job's local data
+(its own measurements and the stored records of its workloads and nearby buckets, weighted).
+Without a base and before ``min_samples`` valid measurements it predicts at random, like
+stock MetaSchedule before its warm-up.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+import numpy as np
+import xgboost as xgb
+from tvm.ir.utils import derived_object
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.cost_model import PyCostModel
+from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+from database import shash_of
+from tuner.cost_model.features import extractor, featurize, shape_features
+from tuner.cost_model.ranker import (
+    RankerParams,
+    fit_ranker,
+    fit_validity,
+    from_bytes,
+    score,
+    to_bytes,
+)
+
+log = logging.getLogger("tunefarm.cost_model")
+
+SAME_WORKLOAD_WEIGHT = 4.0
+
+
+def result_secs(result: RunnerResult) -> float:
+    """Mean latency of a runner result; NaN when the candidate failed."""
+    secs = [float(s) for s in (result.run_secs or [])]
+    if result.error_msg is not None or not secs or any(not 0 < s < 1e9 for s in secs):
+        return float("nan")
+    return float(np.mean(secs))
+
+
+@derived_object
+class TunefarmModel(PyCostModel):
+    """XGBoost pairwise ranker on per-store + shape features, warm-startable, online."""
+
+    def __init__(
+        self,
+        *,
+        base: xgb.Booster | None = None,
+        params: RankerParams | None = None,
+        buckets: Mapping[str, Mapping[str, int] | None] | None = None,
+        weights: Mapping[str, float] | None = None,
+        min_samples: int = 16,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.params = params or RankerParams()
+        self.base = base
+        self.buckets = dict(buckets or {})  # workload shash -> shape bucket
+        self.weights = dict(weights or {})  # workload shash -> ranking-group weight
+        self.min_samples = min_samples
+        self.rng = np.random.default_rng(seed)
+        self.fx = extractor()
+        self._x: list[np.ndarray] = []
+        self._secs: list[float] = []
+        self._keys: list[str] = []
+        self._shape: dict[str, np.ndarray] = {}
+        self.ranker: xgb.Booster | None = base
+        self.validity: xgb.Booster | None = None
+        self.updates = 0
+
+    # ------------------------------------------------------------------ data
+    def add_local(self, x: np.ndarray, secs: np.ndarray, keys: list[str]) -> None:
+        """Add rows to the local (job) data without refitting."""
+        self._x.extend(np.asarray(x, dtype=np.float32))
+        self._secs.extend(float(s) for s in secs)
+        self._keys.extend(keys)
+
+    @property
+    def n_local(self) -> int:
+        return len(self._secs)
+
+    def refit(self) -> None:
+        """Refit the online part on the local data (on top of the base when there is one)."""
+        if not self._secs:
+            return
+        secs = np.asarray(self._secs)
+        if self.base is None and np.isfinite(secs).sum() < self.min_samples:
+            return
+        names = sorted(set(self._keys))
+        index = {k: i for i, k in enumerate(names)}
+        group = np.array([index[k] for k in self._keys], dtype=np.int64)
+        x = np.stack(self._x)
+        weights = {index[k]: self.weights.get(k, SAME_WORKLOAD_WEIGHT) for k in names}
+        online = fit_ranker(
+            x,
+            secs,
+            group,
+            self.params,
+            group_weight=weights,
+            rounds=self.params.online_rounds if self.base is not None else None,
+            base=self.base,
+        )
+        self.ranker = online or self.base
+        self.validity = fit_validity(x, secs, self.params)
+
+    def _features(self, context: ms.TuneContext, candidates: list[ms.MeasureCandidate]):
+        key = shash_of(context.mod)
+        if key not in self._shape:
+            self._shape[key] = shape_features(context.mod, self.buckets.get(key))
+        return key, featurize(context, candidates, self._shape[key], self.fx).pooled
+
+    # ------------------------------------------------------------------ interface
+    def load(self, path: str) -> None:
+        with open(path, "rb") as f:
+            self.base = from_bytes(f.read())
+        self.ranker = self.base
+        self.refit()
+
+    def save(self, path: str) -> None:
+        if self.ranker is None:
+            raise ValueError("the cost model has not been trained yet")
+        with open(path, "wb") as f:
+            f.write(to_bytes(self.ranker))
+
+    def update(
+        self,
+        context: ms.TuneContext,
+        candidates: list[ms.MeasureCandidate],
+        results: list[RunnerResult],
+    ) -> None:
+        if not candidates:
+            return
+        key, x = self._features(context, candidates)
+        if len(x) != len(results):
+            return
+        self.add_local(x, np.array([result_secs(r) for r in results]), [key] * len(x))
+        self.updates += 1
+        self.refit()
+
+    def predict(self, context: ms.TuneContext, candidates: list[ms.MeasureCandidate]) -> np.ndarray:
+        if self.ranker is None:
+            return self.rng.uniform(size=len(candidates)).astype("float64")
+        _, x = self._features(context, candidates)
+        return score(self.ranker, self.validity, x).astype("float64")

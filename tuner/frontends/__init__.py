@@ -1,0 +1,163 @@
+"""Model frontends: ONNX (``.onnx``) and PyTorch exported programs (``.pt2``) into Relax.
+
+``tuner.model.load_model`` picks the frontend by file suffix; each frontend imports its
+framework lazily, so TuneFarm works without them and a model needing one names the extra to
+install. A frontend returns an :class:`Imported`: the Relax module (symbolic dims named as in
+the source model), the weights when they are kept as inputs, and a reference implementation
+when the framework can run the model itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from tuner.errors import TuneFarmError
+from tuner.model import Reference
+
+SUFFIXES = {".onnx": "onnx", ".pt2": "torch"}
+
+
+@dataclass(frozen=True)
+class Imported:
+    """What a frontend made of a model file.
+
+    ``params`` are the weights when they are kept as inputs (the trailing parameters of
+    ``main``, in order); ``reference.fn(*inputs)`` runs the original model on numpy data
+    inputs and returns its outputs flattened to a list.
+    """
+
+    mod: tvm.IRModule
+    params: tuple[np.ndarray, ...] = ()
+    reference: Reference | None = None
+
+
+def load(path: Path, *, keep_params: bool = False) -> Imported:
+    """Import ``path`` with the frontend of its suffix."""
+    name = SUFFIXES.get(path.suffix)
+    if name == "onnx":
+        from tuner.frontends.onnx import load_onnx
+
+        return load_onnx(path, keep_params=keep_params)
+    if name == "torch":
+        from tuner.frontends.torch import load_exported
+
+        return load_exported(path, keep_params=keep_params)
+    raise TuneFarmError(f"no frontend for {path.suffix} files (known: {', '.join(SUFFIXES)})")
+
+
+def require(module: str, extra: str, what: str) -> Any:
+    """Import ``module`` or fail with one line naming the extra that installs it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise TuneFarmError(
+            f"{what} models need {module}: pip install 'tunefarm[{extra}]'"
+        ) from None
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Silence the frameworks' warnings and log records (torch logs whole tracebacks on a
+    bad file): a bad model must give one line."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        logging.disable(logging.WARNING)
+        try:
+            yield
+        finally:
+            logging.disable(logging.NOTSET)
+
+
+def first_line(err: BaseException) -> str:
+    """``Type: last non-empty line of the message`` (framework errors are long)."""
+    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
+    text = lines[-1] if lines else ""
+    if len(text) > 300:
+        text = text[:297] + "..."
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
+def identifier(name: str) -> str:
+    """A symbolic dim's name usable in ``--shape NAME=...`` (non-word characters -> ``_``)."""
+    out = re.sub(r"\W", "_", name)
+    return out if out and not out[0].isdigit() else f"d_{out}"
+
+
+def rename_symbolic_vars(mod: tvm.IRModule, names: dict[str, str]) -> tvm.IRModule:
+    """``main`` with its symbolic variables renamed (old name -> new name), bounds included."""
+    names = {old: new for old, new in names.items() if old != new}
+    if not names:
+        return mod
+    func = mod["main"]
+    taken = set()
+    for param in func.params:
+        ty = param.ty
+        if isinstance(ty, relax.TensorType) and ty.shape is not None:
+            for dim in ty.shape.values:
+                taken |= {v.name for v in tvm.tirx.analysis.undefined_vars(dim)}
+    clash = sorted(set(names.values()) & (taken - set(names)))
+    if clash or len(set(names.values())) != len(names):
+        raise TuneFarmError(f"cannot rename symbolic dims {names}: names clash ({clash})")
+    mapping = {}
+    for param in func.params:
+        ty = param.ty
+        if isinstance(ty, relax.TensorType) and ty.shape is not None:
+            for dim in ty.shape.values:
+                for var in tvm.tirx.analysis.undefined_vars(dim):
+                    if var.name in names and var.name not in mapping:
+                        mapping[var.name] = tvm.tirx.Var(names[var.name], var.ty)
+    func = func.bind_symbolic_vars(mapping)
+    for key in ("tir_var_upper_bound", "tir_var_lower_bound"):
+        bounds = func.attrs.get(key) if func.attrs is not None else None
+        if bounds:
+            func = func.with_attr(
+                key, {names.get(str(k), str(k)): int(v) for k, v in bounds.items()}
+            )
+    out = tvm.IRModule(dict(mod.functions.items()), attrs=mod.attrs)
+    out["main"] = func
+    return out
+
+
+def detach(mod: tvm.IRModule) -> tuple[tvm.IRModule, tuple[np.ndarray, ...]]:
+    """Move the weights a frontend attached to ``main`` (attribute ``params``) out of the IR."""
+    mod, params = relax.frontend.detach_params(mod)
+    return mod, tuple(p.numpy() for p in params.get("main", []))
+
+
+def clip_constant_takes(mod: tvm.IRModule) -> tvm.IRModule:
+    """``take`` with a constant index in ``mode="fast"`` -> ``mode="clip"``: the same result
+    (the frontends emit such takes with in-range indices), without TVM printing "Fast mode
+    segfaults when there are out-of-bounds indices" at every legalization."""
+    take = tvm.ir.Op.get("relax.take")
+
+    @relax.expr_functor.mutator
+    class _Clip(relax.PyExprMutator):
+        def visit_call_(self, call: relax.Call) -> relax.Expr:
+            call = super().visit_call_(call)
+            if (
+                isinstance(call, relax.Call)
+                and call.op.same_as(take)
+                and call.attrs.mode == "fast"
+                and isinstance(call.args[1], tvm.ir.expr.GenericConst)
+            ):
+                return relax.op.take(call.args[0], call.args[1], call.attrs.axis, mode="clip")
+            return call
+
+    out = tvm.IRModule(dict(mod.functions.items()), attrs=mod.attrs)
+    for gv, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            out[gv] = _Clip(mod).visit_expr(func)
+    return out

@@ -1,0 +1,62 @@
+"""ONNX models (``.onnx``) via ``tvm.relax.frontend.onnx.from_onnx``.
+
+Symbolic dims come from the graph inputs' ``dim_param`` names: a name that is not an identifier
+is made one (``seq.len`` -> ``seq_len``) so ``--shape`` can name it; a dim with neither a value
+nor a name gets a fresh variable from TVM. TuneFarm does not need onnxruntime: ``bench`` checks
+the tuned build against the untuned TVM build of the same import.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import tvm
+from tvm import relax
+
+from tuner.errors import TuneFarmError
+from tuner.frontends import (
+    Imported,
+    detach,
+    first_line,
+    identifier,
+    quiet,
+    rename_symbolic_vars,
+    require,
+)
+
+
+def load_onnx(path: Path, *, keep_params: bool = False) -> Imported:
+    """Import an ONNX file; weights become constants unless ``keep_params``."""
+    onnx = require("onnx", "onnx", ".onnx")
+    try:
+        proto = onnx.load(str(path))
+    except Exception as err:
+        raise TuneFarmError(f"cannot read {path} as ONNX: {first_line(err)}") from None
+    if not proto.graph.node:
+        raise TuneFarmError(f"{path} holds no ONNX graph (no nodes)")
+    try:
+        onnx.checker.check_model(proto)
+    except Exception as err:
+        raise TuneFarmError(f"{path} is not a valid ONNX model: {first_line(err)}") from None
+    from tvm.relax.frontend.onnx import from_onnx
+
+    try:
+        with quiet():
+            mod = from_onnx(proto, keep_params_in_input=keep_params)
+    except Exception as err:
+        raise TuneFarmError(f"cannot import {path} into Relax: {first_line(err)}") from None
+    mod = rename_symbolic_vars(mod, {n: identifier(n) for n in _dim_names(mod)})
+    params: tuple = ()
+    if keep_params:
+        mod, params = detach(mod)
+    return Imported(mod=mod, params=params)
+
+
+def _dim_names(mod: tvm.IRModule) -> list[str]:
+    names: list[str] = []
+    for param in mod["main"].params:
+        ty = param.ty
+        if isinstance(ty, relax.TensorType) and ty.shape is not None:
+            for dim in ty.shape.values:
+                names += [v.name for v in tvm.tirx.analysis.undefined_vars(dim)]
+    return names

@@ -1,4 +1,9 @@
-"""Benchmark a model: untuned default build vs tuned build vs a numpy reference."""
+"""Benchmark a model: untuned default build vs tuned build vs a reference implementation.
+
+The reference is the model's own (``Model.reference``): numpy for TVMScript files that define
+``numpy_reference``, PyTorch for ``.pt2`` exported programs. Without one (ONNX, JSON) the
+untuned TVM build is the numerical reference.
+"""
 
 from __future__ import annotations
 
@@ -27,14 +32,15 @@ class BenchResult:
 
     untuned_sec: float
     tuned_sec: float
-    numpy_sec: float | None
+    numpy_sec: float | None  # the reference's time when the reference is numpy
     max_abs_err: float
-    reference: str  # "numpy" or "untuned"
+    reference: str  # "numpy", "pytorch" or "untuned"
     agree: bool
     tuned_share: float
     untuned_kernels: list[str]
     shape: dict[str, int]
     kernels: dict[str, str]  # symbolic kernel -> the variant that ran ("b8", "generic")
+    reference_sec: float | None = None  # the reference implementation's time (numpy, pytorch)
 
     @property
     def speedup(self) -> float:
@@ -44,9 +50,15 @@ class BenchResult:
     def vs_numpy(self) -> float | None:
         return self.numpy_sec / self.tuned_sec if self.numpy_sec else None
 
+    @property
+    def vs_reference(self) -> float | None:
+        """Reference time / tuned time (> 1: the tuned build is faster)."""
+        return self.reference_sec / self.tuned_sec if self.reference_sec else None
+
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["speedup"], out["vs_numpy"] = self.speedup, self.vs_numpy
+        out["vs_reference"] = self.vs_reference
         return out
 
 
@@ -87,11 +99,15 @@ def eval_dim(expr: Any, values: dict[str, int]) -> int:
 
 
 def random_inputs(
-    func: relax.Function, values: dict[str, int], rng: np.random.Generator
+    func: relax.Function,
+    values: dict[str, int],
+    rng: np.random.Generator,
+    count: int | None = None,
 ) -> list[np.ndarray]:
-    """Random inputs for every tensor parameter of ``func``; symbolic dims from ``values``."""
+    """Random inputs for the first ``count`` (default: every) tensor parameter of ``func``;
+    symbolic dims from ``values``."""
     arrays = []
-    for param in func.params:
+    for param in list(func.params)[:count]:
         ty = param.ty
         if not isinstance(ty, relax.TensorType) or ty.shape is None:
             raise TuneFarmError(f"parameter {param.name_hint} is not a tensor of known rank")
@@ -152,7 +168,7 @@ def _flatten(out: Any) -> list[np.ndarray]:
     return [a for item in out for a in _flatten(item)]
 
 
-def _time_numpy(fn: Callable[..., Any], args: list[np.ndarray], repeat: int) -> float:
+def _time_call(fn: Callable[..., Any], args: list[np.ndarray], repeat: int) -> float:
     fn(*args)
     samples = []
     for _ in range(repeat):
@@ -203,8 +219,11 @@ def bench(
     repeat: int = 5,
     min_repeat_ms: int = 50,
 ) -> list[BenchResult]:
-    """Build untuned and tuned once, then run both (and numpy) on the same random inputs at
-    each shape (values of the symbolic variables)."""
+    """Build untuned and tuned once, then run both (and the model's reference) on the same
+    random inputs at each shape (values of the symbolic variables).
+
+    Weights kept as inputs (``model.params``) are passed as they are; only the data inputs
+    are random."""
     if target.kind.name != "llvm":
         raise TuneFarmError("tunefarm bench runs locally on the CPU; use an llvm target")
     from tuner.buckets import upper_bounds
@@ -221,21 +240,22 @@ def bench(
     untuned_vm, tuned_vm = _VM(untuned), _VM(tuned_ex)
     results = []
     for shape in shapes or [{}]:
-        args = random_inputs(model.mod["main"], shape, np.random.default_rng(0))
-        ref_untuned, untuned_sec, _ = untuned_vm.run(args, repeat, min_repeat_ms)
-        outs, tuned_sec, called = tuned_vm.run(args, repeat, min_repeat_ms)
-        numpy_sec = None
+        args = random_inputs(model.mod["main"], shape, np.random.default_rng(0), model.num_inputs)
+        full = [*args, *model.params]
+        ref_untuned, untuned_sec, _ = untuned_vm.run(full, repeat, min_repeat_ms)
+        outs, tuned_sec, called = tuned_vm.run(full, repeat, min_repeat_ms)
+        reference_sec = None
         reference, expected = "untuned", ref_untuned
-        if model.numpy_reference is not None:
-            expected = _flatten([np.asarray(a) for a in _as_tuple(model.numpy_reference(*args))])
-            numpy_sec = _time_numpy(model.numpy_reference, args, repeat)
-            reference = "numpy"
+        if model.reference is not None:
+            expected = model.reference.fn(*args)
+            reference_sec = _time_call(model.reference.fn, args, repeat)
+            reference = model.reference.name
         max_err, agree = _compare(outs, expected)
         results.append(
             BenchResult(
                 untuned_sec=untuned_sec,
                 tuned_sec=tuned_sec,
-                numpy_sec=numpy_sec,
+                numpy_sec=reference_sec if reference == "numpy" else None,
                 max_abs_err=max_err,
                 reference=reference,
                 agree=agree,
@@ -243,10 +263,7 @@ def bench(
                 untuned_kernels=report.untuned,
                 shape=dict(shape),
                 kernels=_variants(report, called),
+                reference_sec=reference_sec,
             )
         )
     return results
-
-
-def _as_tuple(value: Any) -> tuple:
-    return tuple(value) if isinstance(value, (tuple, list)) else (value,)

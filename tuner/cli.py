@@ -1,21 +1,43 @@
-"""The ``tunefarm`` command line: thin typer commands over the tuner, workers and database."""
+"""The ``tunefarm`` command line: thin typer commands over the tuner, workers and database.
+
+Each group of commands lives in its own module (``cli_db`` for ``tunefarm db``, ...); this
+module holds the per-model commands (tune, build, bench) and registers the groups.
+"""
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from database import DatabaseError, Storage, TuneFarmDatabase, default_url
+from database import TuneFarmDatabase
+from tuner import cli_cluster
+from tuner.cli_common import (
+    ArchOpt,
+    CostModelOpt,
+    DbOpt,
+    EntryOpt,
+    JobOpt,
+    KeepParamsOpt,
+    MinRepeatOpt,
+    ModelArg,
+    PerIterOpt,
+    SeedOpt,
+    ShapeOpt,
+    TargetOpt,
+    TrialsOpt,
+    console,
+    open_storage,
+    user_errors,
+)
+from tuner.cli_db import db_app
+from tuner.cli_model import model_app
 from tuner.errors import TuneFarmError
 from tuner.progress import fmt_sec
 
@@ -26,48 +48,9 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-db_app = typer.Typer(help="Inspect and manage the schedule database.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
-
-# Wide enough for the tables when output goes to a file or a pipe (rich's default is 80).
-console = Console(width=None if sys.stdout.isatty() else 120)
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
-F = TypeVar("F", bound=Callable[..., Any])
-
-ModelArg = Annotated[Path, typer.Argument(help="A TVMScript .py file or an IRModule .json file.")]
-TargetOpt = Annotated[
-    str,
-    typer.Option("--target", "-t", help="Preset (llvm, cuda, arm64) or a TVM target dict as JSON."),
-]
-ArchOpt = Annotated[
-    str | None, typer.Option("--arch", help="CPU (mcpu) or GPU arch (sm_XY) for the preset.")
-]
-DbOpt = Annotated[
-    str | None,
-    typer.Option("--db", help="SQLAlchemy URL [default: $TUNEFARM_DB or sqlite:///tunefarm.db]."),
-]
-EntryOpt = Annotated[str, typer.Option("--entry", help="Name of the IRModule in the file.")]
-
-
-def user_errors(fn: F) -> F:
-    """Turn user-facing errors into one line on stderr and exit code 1."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except (TuneFarmError, DatabaseError) as err:
-            err_console.print(f"[red]error:[/red] {err}", highlight=False, soft_wrap=True)
-            raise typer.Exit(1) from None
-        except KeyboardInterrupt:
-            err_console.print("[red]interrupted[/red]")
-            raise typer.Exit(130) from None
-
-    return wrapper  # type: ignore[return-value]
-
-
-def _storage(url: str | None, *, create: bool = True) -> Storage:
-    return Storage(url or default_url(), create=create)
+app.add_typer(model_app, name="model")
+cli_cluster.register(app)  # submit, jobs, status, logs, workers
 
 
 @app.command()
@@ -76,21 +59,20 @@ def tune(
     model: ModelArg,
     target: TargetOpt = "llvm",
     arch: ArchOpt = None,
-    trials: Annotated[int, typer.Option(help="Trial budget for the whole model.")] = 64,
+    trials: TrialsOpt = 64,
     db: DbOpt = None,
     address: Annotated[
         str | None, typer.Option(help="Ray cluster address; default: start a local instance.")
     ] = None,
-    job: Annotated[str | None, typer.Option(help="Job name (default: model and time).")] = None,
-    seed: Annotated[int | None, typer.Option(help="Random seed of the search.")] = None,
-    per_iter: Annotated[int, typer.Option(help="Candidates measured per search round.")] = 64,
-    min_repeat_ms: Annotated[int, typer.Option(help="Minimum time of one timed repeat.")] = 50,
-    shape: Annotated[
-        list[str] | None,
-        typer.Option("--shape", help="Buckets of a symbolic dim: VAR=V1,V2,... (repeatable)."),
-    ] = None,
+    job: JobOpt = None,
+    seed: SeedOpt = None,
+    per_iter: PerIterOpt = 64,
+    min_repeat_ms: MinRepeatOpt = 50,
+    shape: ShapeOpt = None,
     entry: EntryOpt = "Module",
+    keep_params: KeepParamsOpt = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    cost_model: CostModelOpt = "tunefarm",
 ) -> None:
     """Tune MODEL's kernels on Ray workers and store the best schedules in the database."""
     from tuner.buckets import choose_buckets, parse_shape_options
@@ -106,11 +88,12 @@ def tune(
         seed=seed,
         job_name=job,
         measure=MeasureConfig(min_repeat_ms=min_repeat_ms),
+        cost_model=cost_model,
     )
     tgt = resolve_target(target, arch)
-    loaded = load_model(model, entry)
+    loaded = load_model(model, entry, keep_params=keep_params)
     buckets = choose_buckets(loaded.mod, parse_shape_options(shape or []), loaded.shape_vars)
-    storage = _storage(db)
+    storage = open_storage(db)
     summary = run_tune(
         loaded.mod,
         tgt,
@@ -150,7 +133,10 @@ def tune(
         )
     for name in summary.skipped:
         console.print(f"[yellow]skipped[/yellow] {name}")
-    console.print(f"wall time {summary.wall_sec:.1f} s")
+    share = summary.db_sec / summary.wall_sec if summary.wall_sec else 0.0
+    console.print(
+        f"wall time {summary.wall_sec:.1f} s (database {summary.db_sec:.2f} s, {share:.1%})"
+    )
 
 
 @app.command()
@@ -163,6 +149,7 @@ def build(
     db: DbOpt = None,
     strict: Annotated[bool, typer.Option(help="Fail when a kernel has no tuned record.")] = False,
     entry: EntryOpt = "Module",
+    keep_params: KeepParamsOpt = False,
 ) -> None:
     """Compile MODEL with the database's best schedules into a Relax VM library."""
     from tuner.compile import compile as tf_compile
@@ -170,8 +157,8 @@ def build(
     from tuner.targets import resolve_target
 
     tgt = resolve_target(target, arch)
-    loaded = load_model(model, entry)
-    storage = _storage(db, create=False)
+    loaded = load_model(model, entry, keep_params=keep_params)
+    storage = open_storage(db, create=False)
     if not output.parent.exists():
         raise TuneFarmError(f"output folder does not exist: {output.parent}")
     ex, report = tf_compile(loaded.mod, tgt, TuneFarmDatabase(storage), strict=strict)
@@ -212,12 +199,45 @@ def bench(
         ),
     ] = None,
     json_out: Annotated[
-        Path | None, typer.Option("--json", help="Also write the results as JSON here.")
+        Path | None,
+        typer.Option(
+            "--json", help="Also write the results as JSON here (with --address, - prints it)."
+        ),
     ] = None,
     entry: EntryOpt = "Module",
+    keep_params: KeepParamsOpt = False,
+    address: Annotated[
+        str | None,
+        typer.Option(
+            help="Ray cluster address (auto, HOST:6379, ray://HOST:10001): measure on the "
+            "cluster's devices through its runners instead of this machine's CPU.",
+        ),
+    ] = None,
+    devices: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--devices",
+            help="With --address: device kinds to bench, KIND[,KIND] (cpu, cuda, arm64); "
+            "default: every kind the cluster has.",
+        ),
+    ] = None,
 ) -> None:
-    """Run the untuned build, the tuned build and a numpy reference; compare time and output."""
+    """Run the untuned build, the tuned build and the model's reference (numpy for TVMScript,
+    PyTorch for .pt2; the untuned build for ONNX); compare time and output. With --address:
+    tuned vs untuned on each device kind of a Ray cluster (--json - prints JSON)."""
     import itertools
+
+    if address is not None or devices:
+        from tuner.cli_cluster import bench_cluster
+
+        if target != "llvm" or arch:
+            raise TuneFarmError(
+                "with --address the targets come from the cluster's devices: "
+                "use --devices cpu,cuda,arm64 instead of --target/--arch"
+            )
+
+        bench_cluster(model, address, devices, db, shape, json_out, entry, keep_params)
+        return
 
     from tuner.bench import bench as run_bench
     from tuner.bench import sweep_values
@@ -226,7 +246,7 @@ def bench(
     from tuner.targets import resolve_target
 
     tgt = resolve_target(target, arch)
-    loaded = load_model(model, entry)
+    loaded = load_model(model, entry, keep_params=keep_params)
     given = parse_shape_options(shape or [])
     bounds = upper_bounds(loaded.mod)
     values = {
@@ -236,25 +256,24 @@ def bench(
     shapes = [
         dict(zip(values, combo, strict=True)) for combo in itertools.product(*values.values())
     ]
-    storage = _storage(db, create=False)
+    storage = open_storage(db, create=False)
     results = run_bench(loaded, tgt, TuneFarmDatabase(storage), shapes)
-    table = Table(title=f"{model.name} on {tgt.kind.name}: tuned vs untuned default vs numpy")
-    cols = ["shape", "untuned", "tuned", "speedup", "numpy", "tuned/numpy", "max err", "kernels"]
+    ref = loaded.reference.name if loaded.reference is not None else None
+    title = f"{model.name} on {tgt.kind.name}: tuned vs untuned default"
+    table = Table(title=title + (f" vs {ref}" if ref else ""))
+    cols = ["shape", "untuned", "tuned", "speedup"]
+    cols += [ref, f"tuned/{ref}"] if ref else []
+    cols += ["max err", "kernels"]
     for col in cols:
         table.add_column(col, justify="left" if col in ("shape", "kernels") else "right")
     for r in results:
         label = ",".join(f"{k}={v}" for k, v in r.shape.items()) or "static"
         variants = ", ".join(f"{k}:{v}" for k, v in r.kernels.items()) or "-"
-        table.add_row(
-            label,
-            fmt_sec(r.untuned_sec),
-            fmt_sec(r.tuned_sec),
-            f"{r.speedup:.2f}x",
-            fmt_sec(r.numpy_sec),
-            f"{r.vs_numpy:.2f}x" if r.vs_numpy else "-",
-            f"{r.max_abs_err:.1e}" + ("" if r.agree else " [red]DISAGREE[/red]"),
-            escape(variants),
-        )
+        row = [label, fmt_sec(r.untuned_sec), fmt_sec(r.tuned_sec), f"{r.speedup:.2f}x"]
+        if ref:
+            row += [fmt_sec(r.reference_sec), f"{r.vs_reference:.2f}x" if r.vs_reference else "-"]
+        row += [f"{r.max_abs_err:.1e}" + ("" if r.agree else " [red]DISAGREE[/red]")]
+        table.add_row(*row, escape(variants))
     console.print(table)
     res = results[0]
     console.print(
@@ -266,27 +285,6 @@ def bench(
         json_out.write_text(json.dumps({"results": [r.to_dict() for r in results]}, indent=2))
     if not all(r.agree for r in results):
         raise typer.Exit(2)
-
-
-@db_app.command("stats")
-@user_errors
-def db_stats(
-    db: DbOpt = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-) -> None:
-    """Counts of workloads, tuning records (valid and failed), jobs and targets."""
-    from database.queries import stats
-
-    data = stats(_storage(db, create=False))
-    if as_json:
-        print(json.dumps(data))
-        return
-    table = Table(title="schedule database")
-    table.add_column("what")
-    table.add_column("count", justify="right")
-    for key in ("workloads", "records", "valid_records", "failed_records", "jobs", "targets"):
-        table.add_row(key.replace("_", " "), str(data[key]))
-    console.print(table)
 
 
 def main() -> None:

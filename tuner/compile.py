@@ -3,7 +3,7 @@
 ``compile(mod, target, db=...)`` is the Python API a team can call inside its own pipeline;
 ``tunefarm build`` is a thin wrapper around it. The database pass wraps MetaSchedule's
 ``MetaScheduleApplyDatabase`` and reports, per kernel, whether a tuned record was used and at
-which lookup level (exact target, same architecture, same target kind).
+which lookup level (same device, same target, same architecture, same target kind).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from tuner.dispatch import KernelDispatch, add_dispatch
 from tuner.errors import TuneFarmError
 from tuner.fastimport import preload_tensor_intrin
 from tuner.pipeline import backend_passes, normalize, prepare, symbolic_vars_of
+from workers.fingerprint import local_device_for
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,8 @@ def compile(
         db = Storage(db, create=False)
     if isinstance(db, Storage):
         db = TuneFarmDatabase(db)
+    if db is not None and db.device is None:
+        db.device = local_device_for(target)  # enables the exact-device lookup level
     prepared = prepare(mod, target)
     applied, dispatch = prepared, {}
     if db is not None:

@@ -1,10 +1,12 @@
 """Shape dispatch: route each symbolic kernel call to the range kernel of the right bucket.
 
 Rule (documented in docs/symbolic-shapes.md): for a kernel whose only symbolic variable is
-``v``, with tuned buckets ``b1 < b2 < ... < bk``, a call with runtime value ``v`` uses the
-range kernel of the smallest bucket ``bi >= v``; above ``bk``, and for kernels that cannot be
-padded (they reduce over ``v``), depend on several variables or have no record, the generic
-kernel (default schedule) serves.
+``v``, with tuned buckets ``b1 < b2 < ... < bk``, a call with runtime value ``v <= bk`` runs
+the kernel of least estimated time at ``v``: a bucket's range kernel (its measured time per
+row times ``v`` padded to its tile) or the generic kernel (its measured time per row); above
+``bk``, the kernel of least time per row. Kernels that cannot be padded (a reduction over
+``v`` that padding would change), depend on several variables or have no record run the
+generic kernel (default schedule).
 
 The dispatch lives in Relax: each call site becomes a call to a private function holding an
 ``if v <= b1 ... elif ... else`` chain; a bucket branch pads the inputs along ``v`` to a
@@ -14,6 +16,7 @@ slices the result back to ``v`` rows.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,12 +47,31 @@ class KernelDispatch:
     var: str | None
     buckets: tuple[BucketKernel, ...] = ()
     reason: str | None = None  # why buckets are not used (when empty)
+    # (bucket value, measured time of the generic kernel there), where recorded
+    generic: tuple[tuple[int, float], ...] = ()
 
     @property
-    def intervals(self) -> tuple[tuple[int, BucketKernel], ...]:
+    def intervals(self) -> tuple[tuple[int, BucketKernel | None], ...]:
         """``(upper, kernel)`` pairs: values up to ``upper`` (above the previous upper) run
-        ``kernel``; values above the largest bucket run the generic kernel."""
-        return choose_intervals(self.buckets)
+        ``kernel`` (None: the generic kernel); values above the largest bucket run
+        :attr:`above`."""
+        return choose_intervals(self.buckets, self.generic)
+
+    @property
+    def above(self) -> BucketKernel | None:
+        """The kernel for values above the largest bucket (None: the generic kernel).
+
+        Range kernels are valid for every value, so the bucket kernel with the least time
+        per row serves there, unless the generic kernel's measured time per row at the
+        largest bucket is lower (padding matters less and less as values grow)."""
+        if not self.buckets:
+            return None
+        best = min(self.buckets, key=lambda b: (b.mean_sec / b.value, -b.value))
+        if self.generic:
+            value, sec = max(self.generic)
+            if sec / value <= best.mean_sec / best.value:
+                return None
+        return best
 
     def describe(self) -> str:
         if not self.buckets:
@@ -57,24 +79,45 @@ class KernelDispatch:
         lo, parts = 1, []
         for upper, bk in self.intervals:
             span = f"{self.var}={lo}" if lo == upper else f"{self.var}={lo}..{upper}"
-            parts.append(f"{span}: {self.var}{bk.value} (tile {bk.tile})")
+            what = "generic" if bk is None else f"{self.var}{bk.value} (tile {bk.tile})"
+            parts.append(f"{span}: {what}")
             lo = upper + 1
-        return f"{', '.join(parts)}; generic above {self.buckets[-1].value}"
+        top, above = self.buckets[-1].value, self.above
+        if above is None:
+            return f"{', '.join(parts)}; generic above {top}"
+        return f"{', '.join(parts)}; above {top}: {self.var}{above.value} (tile {above.tile})"
 
 
-def choose_intervals(buckets: tuple[BucketKernel, ...]) -> tuple[tuple[int, BucketKernel], ...]:
-    """For every value up to the largest bucket, the bucket kernel with the least estimated
-    time: its measured time per row at its own bucket times the rows it computes at that value
-    (the value padded to its tile). Ties go to the smaller bucket. Consecutive values with the
-    same choice form one interval."""
+def choose_intervals(
+    buckets: tuple[BucketKernel, ...], generic: tuple[tuple[int, float], ...] = ()
+) -> tuple[tuple[int, BucketKernel | None], ...]:
+    """For every value up to the largest bucket, the kernel with the least estimated time.
+
+    A bucket kernel costs its measured time per row at its own bucket times the rows it
+    computes at that value (the value padded to its tile). The generic kernel, where its time
+    at some bucket was recorded (the untuned default is measured by every tune), costs its
+    time per row at the smallest such bucket >= the value, times the value (it pads nothing).
+    Ties go to the smaller bucket, then to a bucket kernel. Consecutive values with the same
+    choice form one interval."""
     if not buckets:
         return ()
-    out: list[tuple[int, BucketKernel]] = []
+    generic_at = sorted(generic)
+
+    def generic_cost(v: int) -> float:
+        if not generic_at:
+            return math.inf
+        value, sec = next(((b, t) for b, t in generic_at if b >= v), generic_at[-1])
+        return sec / value * v
+
+    out: list[tuple[int, BucketKernel | None]] = []
     for v in range(1, max(b.value for b in buckets) + 1):
-        best = min(
+        best: BucketKernel | None = min(
             buckets,
             key=lambda b: (b.mean_sec / b.value * -(-v // b.tile) * b.tile, b.value),
         )
+        assert best is not None
+        if generic_cost(v) < best.mean_sec / best.value * -(-v // best.tile) * best.tile:
+            best = None
         if out and out[-1][1] is best:
             out[-1] = (v, best)
         else:
@@ -100,7 +143,11 @@ def _plan(name: str, func: tirx.PrimFunc, target: Any, db: TuneFarmDatabase) -> 
     if not pads_safely(norm["main"], var.name):
         return _Plan(KernelDispatch(name, var.name, reason=f"reduces over {var.name}"))
     plan = _Plan(KernelDispatch(name, var.name))
+    generic: list[tuple[int, float]] = []
     for bucket, static_mod in sorted(usable, key=lambda x: x[0][var.name]):
+        default_sec = db.default_schedule_sec(static_mod, target)
+        if default_sec is not None:
+            generic.append((bucket[var.name], default_sec))
         found = db.best(static_mod, target)
         if found is None:
             continue
@@ -124,7 +171,9 @@ def _plan(name: str, func: tirx.PrimFunc, target: Any, db: TuneFarmDatabase) -> 
     if not plan.kernels:
         plan.dispatch = KernelDispatch(name, var.name, reason="no transplantable record")
     else:
-        plan.dispatch = KernelDispatch(name, var.name, tuple(k for k, _ in plan.kernels))
+        plan.dispatch = KernelDispatch(
+            name, var.name, tuple(k for k, _ in plan.kernels), generic=tuple(generic)
+        )
     return plan
 
 
@@ -265,11 +314,12 @@ def add_dispatch(
         by_value = dict(branches)
         fparams = [relax.Var(p.name, p.ty) for p in params]
         generic = relax.call_tir(call.args[0], fparams, out_sinfo)
-        body: relax.Expr = generic
+        above = plan.dispatch.above
+        body: relax.Expr = generic if above is None else relax.Call(by_value[above.value], fparams)
         for upper, bk in reversed(plan.dispatch.intervals):
-            gv = by_value[bk.value]
+            chosen = generic if bk is None else relax.Call(by_value[bk.value], fparams)
             cond = relax.prim_value(model_var <= upper)
-            body = relax.If(cond, _seq(relax.Call(gv, fparams), out_sinfo), _seq(body, out_sinfo))
+            body = relax.If(cond, _seq(chosen, out_sinfo), _seq(body, out_sinfo))
         fb = relax.BlockBuilder()
         with fb.function(tag, fparams, private=True):
             out = fb.emit(body)

@@ -23,6 +23,7 @@ from tvm.s_tir.meta_schedule.runner import RunnerInput
 from database import Measurement, Storage, TuneFarmDatabase, shash_of
 from database.models import utcnow
 from tuner.buckets import bucket_tasks, choose_buckets, symbolic_vars
+from tuner.cost_model import check_name, create_cost_model
 from tuner.errors import TuneFarmError
 from tuner.fastimport import preload_tensor_intrin
 from tuner.pipeline import Task, extract_tasks, prepare
@@ -44,8 +45,13 @@ class TuneConfig:
     seed: int | None = None
     job_name: str | None = None
     measure: MeasureConfig = field(default_factory=MeasureConfig)
+    # the search's cost model by name (see tuner.cost_model); warm_start: pre-train ours
+    # from the database (its latest snapshot or its records) before the first round
+    cost_model: str = "tunefarm"
+    warm_start: bool = True
 
     def __post_init__(self) -> None:
+        check_name(self.cost_model)
         if self.trials < 1:
             raise TuneFarmError(f"--trials must be at least 1 (got {self.trials})")
         if self.trials_per_iter < 1:
@@ -90,6 +96,10 @@ class JobSummary:
     resumed_hits: int
     wall_sec: float
     skipped: list[str]
+    db_sec: float = 0.0  # time spent in database transactions (the driver's share)
+    # the driver's wall time by phase: startup (extraction, Ray), build_wait, run_wait,
+    # database, search (the rest: search strategy, cost model, MetaSchedule bookkeeping)
+    phases: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -246,6 +256,7 @@ def tune(
     """
     start = time.perf_counter()
     db = TuneFarmDatabase(storage, target)
+    db_busy_at_start = storage.busy_sec
     all_tasks = extract_tasks(prepare(mod, target), target)
     skipped: list[str] = []
     if symbolic_vars(mod):
@@ -272,12 +283,21 @@ def tune(
         budget=config.trials,
         trials_done=trials_before,
         submitted_by=_user(),
-        config_json=json.dumps({"trials": config.trials, "measure": config.measure.to_dict()}),
+        config_json=json.dumps(
+            {
+                "trials": config.trials,
+                "measure": config.measure.to_dict(),
+                "cost_model": config.cost_model,
+                "warm_start": config.warm_start,
+            }
+        ),
     )
     states = [TaskState(name=t.name, flops=t.flops) for t in tasks]
     ledger = Ledger()
     try:
         with RayConnection(address) as _ray:
+            # startup: extraction and Ray, less its database transactions (counted there)
+            startup_sec = time.perf_counter() - start - (storage.busy_sec - db_busy_at_start)
             builder = RayBuilder(ledger, config.measure, db)
             runner = RayRunner(ledger, config.measure, device_kind(target))
             try:
@@ -298,6 +318,7 @@ def tune(
                         _search(tasks, target, db, builder, runner, recorder, config, remaining)
             finally:
                 runner.shutdown()
+            waits = {"build_wait": builder.wait_sec, "run_wait": runner.wait_sec}
     except BaseException as err:
         db.update_job(job_id, status="failed", finished_at=utcnow(), error=str(err)[:2000])
         raise
@@ -311,7 +332,7 @@ def tune(
                 weight=task.weight,
                 trials=trials,
                 failed=state.failed,
-                best_sec=found[2] if found and found[1] == "exact" else None,
+                best_sec=found[2] if found and found[1] in ("device", "target") else None,
                 baseline_sec=state.baseline_sec,
                 flops=task.flops,
             )
@@ -322,6 +343,10 @@ def tune(
         finished_at=utcnow(),
         trials_done=sum(t.trials for t in summaries),
     )
+    wall_sec = time.perf_counter() - start
+    db_sec = storage.busy_sec - db_busy_at_start
+    phases = {"startup": startup_sec, **waits, "database": db_sec}
+    phases["search"] = max(0.0, wall_sec - sum(phases.values()))
     return JobSummary(
         job_id=job_id,
         job_name=job_name,
@@ -330,8 +355,10 @@ def tune(
         trials_before=trials_before,
         trials_measured=sum(t.trials for t in summaries) - trials_before,
         resumed_hits=recorder.resumed,
-        wall_sec=time.perf_counter() - start,
+        wall_sec=wall_sec,
         skipped=skipped,
+        db_sec=db_sec,
+        phases=phases,
     )
 
 
@@ -361,6 +388,15 @@ def _search(
         ).clone()
         for i, t in enumerate(tasks)
     ]
+    cost_model, note = create_cost_model(
+        config.cost_model,
+        storage=db.storage,
+        target=target,
+        mods=[t.mod for t in tasks],
+        seed=config.seed,
+        warm=config.warm_start,
+    )
+    log.info("cost model %s: %s", config.cost_model, note)
     with tempfile.TemporaryDirectory(prefix="tunefarm-") as work_dir:
         ms.tune.tune_tasks(
             tasks=contexts,
@@ -371,7 +407,7 @@ def _search(
             builder=builder,
             runner=runner,
             database=db,
-            cost_model=ms.CostModel.create("xgb", num_tuning_cores=threads),
+            cost_model=cost_model,
             measure_callbacks=[recorder, ms.measure_callback.UpdateCostModel()],
             task_scheduler=ms.TaskScheduler.create("gradient"),
         )

@@ -1,4 +1,8 @@
-"""Loading a model: a Python/TVMScript file defining an IRModule, or an IRModule as JSON."""
+"""Loading a model: a Python/TVMScript file defining an IRModule, an IRModule as JSON, an ONNX
+file (``.onnx``) or a PyTorch exported program (``.pt2``).
+
+:func:`load_model` is the single entry point every command (tune, build, bench, submit) uses.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import tvm
 
 from tuner.errors import TuneFarmError
@@ -17,18 +22,53 @@ from tuner.errors import TuneFarmError
 _counter = itertools.count()
 
 
+MODEL_SUFFIXES = (".py", ".json", ".onnx", ".pt2")
+
+
+@dataclass(frozen=True)
+class Reference:
+    """An implementation to check a build against: ``fn(*inputs)`` returns the outputs as a
+    flat list of arrays; ``name`` says what it is (``numpy``, ``pytorch``)."""
+
+    name: str
+    fn: Callable[..., list[np.ndarray]]
+
+
 @dataclass(frozen=True)
 class Model:
-    """A loaded model: the IRModule plus optional helpers the file defines.
+    """A loaded model: the IRModule plus optional helpers.
 
-    ``numpy_reference(*inputs)`` computes the expected output in numpy; ``shape_vars`` maps
-    symbolic variable names to default bucket values (``SHAPE_VARS`` in the file).
+    ``numpy_reference(*inputs)`` is a TVMScript file's numpy implementation; ``reference`` is
+    the implementation ``bench`` checks against (numpy for TVMScript files, PyTorch for
+    ``.pt2``; none for ONNX and JSON, where the untuned build is the reference).
+    ``shape_vars`` maps symbolic variable names to default bucket values (``SHAPE_VARS`` in
+    the file). ``params`` are weights kept as inputs: the trailing parameters of ``main``.
     """
 
     path: Path
     mod: tvm.IRModule
     numpy_reference: Callable[..., Any] | None = None
     shape_vars: dict[str, list[int]] = field(default_factory=dict)
+    params: tuple[np.ndarray, ...] = ()
+    reference: Reference | None = None
+
+    def __post_init__(self) -> None:
+        if self.reference is None and self.numpy_reference is not None:
+            ref = self.numpy_reference
+            object.__setattr__(
+                self, "reference", Reference("numpy", lambda *a: _flat_outputs(ref(*a)))
+            )
+
+    @property
+    def num_inputs(self) -> int:
+        """How many leading parameters of ``main`` are data inputs (the rest are weights)."""
+        return len(self.mod["main"].params) - len(self.params)
+
+
+def _flat_outputs(value: Any) -> list[np.ndarray]:
+    if isinstance(value, (tuple, list)):
+        return [a for item in value for a in _flat_outputs(item)]
+    return [np.asarray(value)]
 
 
 def _first_line(err: BaseException) -> str:
@@ -37,11 +77,24 @@ def _first_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
-def load_model(path: str | Path, entry: str = "Module") -> Model:
-    """Load ``path`` (``.py`` with an IRModule named ``entry``, or ``.json``)."""
+def load_model(path: str | Path, entry: str = "Module", *, keep_params: bool = False) -> Model:
+    """Load ``path``: ``.py`` with an IRModule named ``entry``, ``.json``, ``.onnx`` or ``.pt2``.
+
+    ONNX and PyTorch weights are bound as constants unless ``keep_params`` (then they stay
+    inputs of ``main`` and ``Model.params`` holds their values).
+    """
     path = Path(path)
     if not path.is_file():
         raise TuneFarmError(f"model file not found: {path}")
+    if keep_params and path.suffix not in (".onnx", ".pt2"):
+        raise TuneFarmError("--keep-params applies to .onnx and .pt2 models only")
+    if path.suffix in (".onnx", ".pt2"):
+        from tuner import frontends
+
+        imported = frontends.load(path, keep_params=keep_params)
+        return Model(
+            path=path, mod=imported.mod, params=imported.params, reference=imported.reference
+        )
     if path.suffix == ".json":
         try:
             mod = tvm.ir.load_json(path.read_text())
@@ -51,7 +104,10 @@ def load_model(path: str | Path, entry: str = "Module") -> Model:
             raise TuneFarmError(f"{path} holds a {type(mod).__name__}, not an IRModule")
         return Model(path=path, mod=mod)
     if path.suffix != ".py":
-        raise TuneFarmError(f"unsupported model file {path}: expected .py (TVMScript) or .json")
+        raise TuneFarmError(
+            f"unsupported model file {path}: expected .py (TVMScript), .json (IRModule), "
+            ".onnx (ONNX) or .pt2 (torch.export)"
+        )
     name = f"tunefarm_model_{next(_counter)}_{path.stem}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:

@@ -8,8 +8,10 @@ that would put a tail predicate in the innermost loops and block vectorization (
 slower), so the trace is replayed on a *padded* kernel whose extent is ``m * T`` (``m`` a new
 scalar parameter, ``T`` the least common multiple of the tuned inner tiles): every split then
 divides exactly and the inner loops are predicate-free. Callers pad ``n`` up to a multiple of
-``T`` and slice the result, which is correct only when ``n`` is a data-parallel axis of every
-block (no reduction over it): :func:`pads_safely` checks that.
+``T`` with zeros and slice the result. That is correct when ``n`` is a data-parallel axis of
+every block, or when a block reducing over ``n`` is a sum of products of zero-padded inputs
+(``probs @ V`` in attention: the padded terms are exactly 0). :func:`pads_safely` checks it;
+softmax over ``n`` (max, sum of exp) does not pass and keeps the generic kernel.
 """
 
 from __future__ import annotations
@@ -48,23 +50,79 @@ def symbolic_var(func: tirx.PrimFunc) -> tirx.Var | None:
 
 
 def pads_safely(func: tirx.PrimFunc, var_name: str) -> bool:
-    """True when every block iterates ``var_name``-sized axes only as data-parallel axes,
-    and every buffer shape uses the variable as a whole dimension (so rows past ``n`` in a
-    padded kernel never influence rows below ``n``)."""
+    """True when zero-padding ``var_name``-sized dims cannot change the rows below ``n``.
+
+    Every buffer shape must use the variable as a whole dimension, and every block must
+    iterate ``var_name``-sized axes only as data-parallel axes, or reduce over them as a
+    zero-preserving sum (see :func:`_zero_preserving_sum`)."""
     for param in func.params:
         for dim in getattr(param, "shape", None) or ():
             if _uses(dim, var_name) and not isinstance(dim, tirx.Var):
                 return False
+    inputs = {p.name for p in func.params[:-1] if getattr(p, "shape", None) is not None}
     sch = tvm.s_tir.Schedule(tvm.IRModule({"main": func}))
     stack = list(sch.get_child_blocks(sch.get_sblock("root")))
     while stack:
         block_rv = stack.pop()
         block = sch.get(block_rv)
+        reduce_vars = []
         for iv in block.iter_vars:
             if _uses(iv.dom.extent, var_name) and int(iv.iter_type) != 0:  # 0: data parallel
-                return False
+                if int(iv.iter_type) != 2:  # 2: commutative reduction
+                    return False
+                reduce_vars.append(iv.var)
+        if reduce_vars and not _zero_preserving_sum(block, reduce_vars, inputs):
+            return False
         stack.extend(sch.get_child_blocks(block_rv))
     return True
+
+
+def _is_load(expr: Any) -> bool:
+    # TVM 0.27 reads buffers with TensorLoad (``.source``); older TIR with BufferLoad (``.buffer``)
+    return type(expr).__name__ in ("TensorLoad", "BufferLoad")
+
+
+def _loaded(expr: Any) -> Any:
+    return expr.source if hasattr(expr, "source") else expr.buffer
+
+
+def _zero_preserving_sum(block: Any, reduce_vars: list[Any], inputs: set[str]) -> bool:
+    """``C = C + a * b * ...`` from init 0, where every factor is a load of a kernel input
+    (which the dispatch zero-pads) and some factor is indexed by the padded reduction axis:
+    every term past ``n`` is then exactly 0 and the sum is unchanged."""
+    init, body = block.init, block.body
+    if type(init).__name__ != "BufferStore" or type(body).__name__ != "BufferStore":
+        return False
+    zero = init.value.value if isinstance(init.value, tirx.Cast) else init.value
+    if not isinstance(zero, (tirx.FloatImm, tirx.IntImm)) or float(zero.value) != 0.0:
+        return False
+    value = body.value
+    if not isinstance(value, tirx.Add):
+        return False
+    acc, term = value.a, value.b
+    if not (_is_load(acc) and _loaded(acc).same_as(body.buffer)):
+        acc, term = value.b, value.a
+        if not (_is_load(acc) and _loaded(acc).same_as(body.buffer)):
+            return False
+    factors: list[Any] = []
+
+    def collect(expr: Any) -> bool:
+        if isinstance(expr, tirx.Mul):
+            return collect(expr.a) and collect(expr.b)
+        if isinstance(expr, tirx.Cast):
+            return collect(expr.value)
+        if _is_load(expr):
+            factors.append(expr)
+            return True
+        return False
+
+    if not collect(term) or any(_loaded(f).name not in inputs for f in factors):
+        return False
+    names = {v.name for v in reduce_vars}
+    return any(
+        any(v.name in names for idx in f.indices for v in tirx.analysis.undefined_vars(idx))
+        for f in factors
+    )
 
 
 def pad_kernel(func: tirx.PrimFunc, var_name: str, tile: int) -> tirx.PrimFunc:

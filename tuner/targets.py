@@ -70,5 +70,10 @@ def resolve_target(spec: str, arch: str | None = None) -> tvm.target.Target:
 
 
 def device_kind(target: tvm.target.Target) -> str:
-    """The runtime device a target's kernels run on (``cpu`` or ``cuda``)."""
-    return "cuda" if target.kind.name == "cuda" else "cpu"
+    """The kind of device a target's kernels run on: ``cuda``, ``arm64`` (an aarch64 triple:
+    ARM nodes or RPC devices) or ``cpu``."""
+    if target.kind.name == "cuda":
+        return "cuda"
+    if str(target.attrs.get("mtriple", "")).startswith("aarch64"):
+        return "arm64"
+    return "cpu"

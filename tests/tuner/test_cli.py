@@ -11,18 +11,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tests.cli_assert import one_line_error
 from tests.conftest import TINY
 from tuner.cli import app
 
 runner = CliRunner()
-
-
-def _one_line_error(result, needle: str) -> None:
-    assert result.exit_code == 1, result.output
-    lines = [line for line in result.output.strip().splitlines() if line.strip()]
-    assert len(lines) == 1, result.output
-    assert lines[0].startswith("error:") and needle in lines[0], lines[0]
-    assert "Traceback" not in result.output
 
 
 @pytest.fixture
@@ -41,43 +34,43 @@ def no_module(tmp_path: Path) -> Path:
 
 def test_unparseable_model(broken_model: Path, sqlite_url: str) -> None:
     result = runner.invoke(app, ["tune", str(broken_model), "--db", sqlite_url])
-    _one_line_error(result, "syntax error")
+    one_line_error(result, "syntax error")
 
 
 def test_file_without_irmodule(no_module: Path, sqlite_url: str) -> None:
     result = runner.invoke(app, ["tune", str(no_module), "--db", sqlite_url])
-    _one_line_error(result, "no IRModule named 'Module'")
+    one_line_error(result, "no IRModule named 'Module'")
 
 
 def test_missing_model(tmp_path: Path, sqlite_url: str) -> None:
     result = runner.invoke(app, ["build", str(tmp_path / "nope.py"), "-o", "x.so"])
-    _one_line_error(result, "not found")
+    one_line_error(result, "not found")
 
 
 def test_unknown_target() -> None:
     result = runner.invoke(app, ["tune", str(TINY), "--target", "tpu"])
-    _one_line_error(result, "unknown target preset 'tpu'")
+    one_line_error(result, "unknown target preset 'tpu'")
 
 
 def test_bad_target_json() -> None:
     result = runner.invoke(app, ["tune", str(TINY), "--target", '{"kind": '])
-    _one_line_error(result, "not valid JSON")
+    one_line_error(result, "not valid JSON")
 
 
 def test_bogus_db_url() -> None:
     result = runner.invoke(app, ["tune", str(TINY), "--db", "bogus://nowhere"])
-    _one_line_error(result, "unsupported database scheme")
+    one_line_error(result, "unsupported database scheme")
 
 
 def test_zero_trials(sqlite_url: str) -> None:
     result = runner.invoke(app, ["tune", str(TINY), "--trials", "0", "--db", sqlite_url])
-    _one_line_error(result, "--trials must be at least 1")
+    one_line_error(result, "--trials must be at least 1")
 
 
 def test_build_needs_an_existing_database(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'absent.db'}"
     result = runner.invoke(app, ["build", str(TINY), "--db", url, "-o", str(tmp_path / "o.so")])
-    _one_line_error(result, "does not exist")
+    one_line_error(result, "does not exist")
     assert not (tmp_path / "absent.db").exists()
 
 

@@ -18,7 +18,7 @@ from tuner.rangekernel import pad_kernel, pads_safely, symbolic_var
 MODEL = DATA / "dyn_kernels.py"
 
 
-def test_pads_safely_only_without_reduction_over_the_variable(llvm_target) -> None:
+def test_pads_safely_unless_padding_changes_a_reduction(llvm_target) -> None:
     prepared = prepare(load_model(MODEL).mod, llvm_target)
     assert pads_safely(normalize(prepared["fused_matmul_add_relu"])["main"], "n")
     assert pads_safely(normalize(prepared["matmul1"])["main"], "n")  # n x n, both spatial
@@ -48,6 +48,14 @@ def test_dispatch_intervals_pick_the_cheapest_padded_kernel() -> None:
     # v<=4: 10v us vs 40 us (a tie at 4 goes to the smaller bucket); v=5..8: b8 at 40 us
     # beats b32's 16 padded rows (48 us); v=9..32: b32 (3 us a row, tile 16) beats b8
     assert got == [(4, 1), (8, 8), (32, 32)]
+    # the generic kernel competes where its time was measured: 7 us a row up to n=8 (56 us at
+    # 8), 2.5 us a row above (80 us at 32). v<=5: 7v us beats b1's 10v and b8's 40; v=6..8:
+    # b8's 40 beats 7v; v=9..32: 2.5v beats b32's 48 (16 padded rows) and 96 (32 rows)
+    got = [
+        (upper, bk.value if bk else None)
+        for upper, bk in choose_intervals((b1, b8, b32), ((8, 56e-6), (32, 80e-6)))
+    ]
+    assert got == [(5, None), (8, 8), (32, None)]
 
 
 @pytest.mark.slow
@@ -65,19 +73,29 @@ def test_correct_for_every_value_and_dispatch_is_observable(dyn_tuned_db, llvm_t
     observed = set()
     for value, res in zip(values, results, strict=True):
         for kernel, ran in res.kernels.items():
+            above = plans[kernel].above
             expected = next(
-                (f"n{bk.value}" for upper, bk in plans[kernel].intervals if value <= upper),
-                "generic",
+                (
+                    f"n{bk.value}" if bk else "generic"
+                    for upper, bk in plans[kernel].intervals
+                    if value <= upper
+                ),
+                f"n{above.value}" if above else "generic",
             )
             assert ran == expected, (kernel, value, ran, expected)
             observed.add((kernel, ran))
     assert all(r.kernels["softmax"] == "generic" for r in results)
-    assert all(r.kernels["fused_matmul_add_relu"] == "generic" for r in results[-2:])
+    # above the largest bucket a range kernel still serves (when its time per row beats the
+    # generic kernel's): range kernels are valid for every value
+    top = plans["fused_matmul_add_relu"].above
+    assert all(
+        r.kernels["fused_matmul_add_relu"] == (f"n{top.value}" if top else "generic")
+        for r in results[-2:]
+    )
     assert any(ran != "generic" for _, ran in observed)  # bucket kernels do run
-    per_kernel = {}
-    for kernel, ran in observed:
-        per_kernel.setdefault(kernel, set()).add(ran)
-    assert max(len(v) for v in per_kernel.values()) >= 2  # one kernel, different variants
+    # which variants run depends on this run's measured costs (the rule's choices are
+    # unit-tested in test_dispatch_intervals_pick_the_cheapest_padded_kernel); every call
+    # above ran exactly the variant the rule names for its value
 
 
 @pytest.mark.slow
@@ -98,8 +116,64 @@ def test_range_kernels_are_predicate_free_and_reported(dyn_tuned_db, llvm_target
     by_name = {k.name: k for k in report.kernels}
     assert by_name["fused_matmul_add_relu"].source == "buckets"
     rule = by_name["fused_matmul_add_relu"].dispatch
-    assert rule.startswith("n=1..") and "generic above" in rule
+    assert rule.startswith("n=1") and "above 16: " in rule and ": n" in rule  # a bucket runs
     assert by_name["softmax"].source == "untuned"
     assert "reduces over n" in by_name["softmax"].dispatch
     with pytest.raises(TuneFarmError, match="softmax"):
         compile(model.mod, llvm_target, db, strict=True)
+
+
+def _pv(n: object) -> tvm.IRModule:
+    """``probs @ V``: a sum over the symbolic axis of products of two inputs."""
+    from tvm import te
+
+    a = te.placeholder((n, n), name="A")
+    b = te.placeholder((n, 16), name="B")
+    k = te.reduce_axis((0, n), name="k")
+    c = te.compute((n, 16), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+    return normalize(te.create_prim_func([a, b, c]))
+
+
+def test_sum_of_products_over_n_gets_a_correct_range_kernel(llvm_target) -> None:
+    import numpy as np
+    from tvm import te, tirx
+
+    from tuner.fastimport import preload_tensor_intrin
+    from tuner.rangekernel import transplant
+
+    n = tirx.Var("n", "int64")
+    sym = _pv(n)["main"]
+    assert pads_safely(sym, "n")
+    a = te.placeholder((n, n), name="A")
+    k = te.reduce_axis((0, n), name="k")
+    for body in (
+        lambda i: te.sum(te.exp(a[i, k]), axis=k),  # exp(0) = 1: padding changes the sum
+        lambda i: te.max(a[i, k], axis=k),  # max with a padded 0
+    ):
+        out = te.compute((n,), body, name="R")
+        assert not pads_safely(normalize(te.create_prim_func([a, out]))["main"], "n")
+
+    preload_tensor_intrin()
+    from tvm.s_tir import meta_schedule as ms
+
+    static = _pv(32)
+    ctx = ms.TuneContext(
+        mod=static, target=llvm_target, space_generator="post-order-apply", rand_state=3
+    )
+    sch = ctx.space_generator.generate_design_space(static)[0]  # a tiled schedule at n=32
+    rk = transplant(sym, sch.trace, "n")
+    assert rk is not None and rk.tile > 1 and "T.where" not in rk.func.script()
+    lib = tvm.driver.build(tvm.IRModule({"main": rk.func}), target=llvm_target)
+    rng = np.random.default_rng(0)
+    for value in (1, 5, 16, 23, 40):  # on, off and above the tuned size
+        m = -(-value // rk.tile)
+        padded = m * rk.tile
+        x = rng.random((value, value), dtype="float32")
+        y = rng.random((value, 16), dtype="float32")
+        xp = np.zeros((padded, padded), "float32")
+        xp[:value, :value] = x
+        yp = np.zeros((padded, 16), "float32")
+        yp[:value] = y
+        out = tvm.runtime.tensor(np.zeros((padded, 16), "float32"))
+        lib["main"](tvm.runtime.tensor(xp), tvm.runtime.tensor(yp), m, out)
+        np.testing.assert_allclose(out.numpy()[:value], x @ y, rtol=1e-5, atol=1e-5)

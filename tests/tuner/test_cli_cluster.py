@@ -1,0 +1,135 @@
+"""`tunefarm submit/jobs/status/logs/workers` against a real `ray start` cluster (head + node)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.conftest import TINY
+from tests.ray_processes import RayProcesses, free_port
+from tuner.cli import app
+from workers.runner_pool import CPU_RESOURCE
+
+runner = CliRunner()
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+
+def _one_line_error(result, needle: str) -> None:
+    assert result.exit_code == 1, result.output
+    lines = [line for line in result.output.strip().splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), result.output
+    assert needle in lines[0], lines[0]
+
+
+def test_unreachable_address_is_one_line() -> None:
+    result = runner.invoke(app, ["jobs", "--address", f"http://127.0.0.1:{free_port()}"])
+    _one_line_error(result, "cannot reach the Ray cluster")
+    result = runner.invoke(app, ["workers", "--address", f"127.0.0.1:{free_port()}"])
+    _one_line_error(result, "cannot reach the Ray cluster")
+    result = runner.invoke(app, ["submit", str(TINY), "--address", "ray://nope:1"])
+    _one_line_error(result, "http://HOST:PORT")
+
+
+def test_submit_options_become_the_jobs_command_and_env() -> None:
+    from tuner.cli_cluster import job_runtime_env, tune_command
+
+    cmd = tune_command("m.py", {"--trials": 8, "--shape": ["b=1,8", "s=4"], "--db": None}, "py")
+    assert cmd == "py -m tuner.cli tune m.py --address auto --trials 8 --shape b=1,8 --shape s=4"
+    env = job_runtime_env("/w", "10.0.0.5:9190", "rk3588")
+    assert env == {
+        "working_dir": "/w",
+        "env_vars": {"TUNEFARM_RPC_TRACKER": "10.0.0.5:9190", "TUNEFARM_RPC_KEY": "rk3588"},
+    }
+    result = runner.invoke(app, ["submit", str(TINY), "--rpc-tracker", "nohostport"])
+    _one_line_error(result, "HOST:PORT")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with RayProcesses(worker_resources=[{CPU_RESOURCE: 1}]) as procs:
+        yield procs
+
+
+def test_workers_jobs_submit_status_logs(cluster: RayProcesses, tmp_path: Path) -> None:
+    env = {"RAY_AUTH_TOKEN": cluster.token}
+    addr = ["--address", cluster.dashboard]
+
+    # a wrong token is refused in one line
+    bad = runner.invoke(app, ["jobs", *addr], env={"RAY_AUTH_TOKEN": "0" * 64})
+    _one_line_error(bad, "token")
+
+    res = runner.invoke(app, ["workers", *addr, "--json"], env=env)
+    assert res.exit_code == 0, res.output
+    nodes = json.loads(res.output)
+    assert len(nodes) == 2 and all(n["state"] == "ALIVE" for n in nodes)
+    assert [n["head"] for n in nodes] == [True, False]
+    assert (
+        nodes[1]["resources"].get(CPU_RESOURCE) == 1 and f"{CPU_RESOURCE}=1" in nodes[1]["devices"]
+    )
+    table = runner.invoke(app, ["workers", *addr], env=env)
+    assert table.exit_code == 0 and "2/2 nodes alive" in table.output
+
+    db = f"sqlite:///{tmp_path / 'cluster.db'}"
+    sub = runner.invoke(
+        app,
+        [
+            "submit",
+            str(TINY),
+            *addr,
+            "--trials",
+            "3",
+            "--per-iter",
+            "2",
+            "--db",
+            db,
+            "--min-repeat-ms",
+            "5",
+            "--seed",
+            "0",
+            "--job",
+            "cli-test",
+            "--python",
+            str(Path(os.sys.executable)),
+        ],
+        env=env,
+    )
+    assert sub.exit_code == 0, sub.output
+    job = sub.output.split("submitted ", 1)[1].split()[0]
+    assert job.startswith("tunefarm-cli-test-")
+
+    # while it runs: the device runner sits on the node that advertises tunefarm_cpu
+    seen_runner, deadline = None, time.time() + 240
+    while time.time() < deadline:
+        st = json.loads(runner.invoke(app, ["status", job, *addr, "--json"], env=env).output)
+        if st["status"] in ("SUCCEEDED", "FAILED", "STOPPED"):
+            break
+        rows = json.loads(runner.invoke(app, ["workers", *addr, "--json"], env=env).output)
+        for r in rows:
+            if r["runners"]:
+                seen_runner = (r["head"], r["runners"])
+        time.sleep(1.0)
+    follow = runner.invoke(app, ["logs", job, *addr, "--follow"], env=env)
+    assert follow.exit_code == 0, follow.output[-3000:]
+    assert "job cli-test" in follow.output and f"job {job} SUCCEEDED" in follow.output
+    assert seen_runner is not None and seen_runner[0] is False, seen_runner
+    assert seen_runner[1][0].startswith("runner cpu@")
+
+    listed = json.loads(runner.invoke(app, ["jobs", *addr, "--json"], env=env).output)
+    mine = [j for j in listed if j["id"] == job]
+    assert mine and mine[0]["status"] == "SUCCEEDED" and mine[0]["metadata"]["model"] == TINY.name
+    status = runner.invoke(app, ["status", job, *addr], env=env)
+    assert status.exit_code == 0 and "SUCCEEDED" in status.output
+    logs = runner.invoke(app, ["logs", job, *addr], env=env)
+    assert logs.exit_code == 0 and "wall time" in logs.output
+
+    from database import Storage
+    from database.queries import stats
+
+    assert stats(Storage(db, create=False))["valid_records"] >= 3
+    missing = runner.invoke(app, ["status", "tunefarm-nope", *addr], env=env)
+    _one_line_error(missing, "no job 'tunefarm-nope'")

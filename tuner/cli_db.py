@@ -1,0 +1,243 @@
+"""``tunefarm db ...``: inspect, share and maintain the schedule database."""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from database.storage import Storage, default_url, redact
+from tuner.cli_common import DbOpt, console, open_storage, user_errors
+from tuner.errors import TuneFarmError
+from tuner.progress import fmt_sec
+
+db_app = typer.Typer(
+    help="Inspect, share and maintain the schedule database.", no_args_is_help=True
+)
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+TaskOpt = Annotated[
+    str | None, typer.Option("--task", help="Only workloads whose task name contains this.")
+]
+
+
+class ExportFormat(str, Enum):
+    metaschedule = "metaschedule"
+    sqlite = "sqlite"
+
+
+def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col, justify="right" if col in ("id", "records", "valid") else "left")
+    for row in rows:
+        table.add_row(*["-" if v is None else str(v) for v in row])
+    console.print(table)
+
+
+@db_app.command("stats")
+@user_errors
+def db_stats(db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """Counts of workloads, tuning records (valid and failed), jobs and targets."""
+    from database.queries import stats
+
+    data = stats(open_storage(db, create=False))
+    if as_json:
+        print(json.dumps(data))
+        return
+    keys = ("workloads", "records", "valid_records", "failed_records", "jobs", "targets")
+    _table("schedule database", ["what", "count"], [[k.replace("_", " "), data[k]] for k in keys])
+
+
+@db_app.command("list")
+@user_errors
+def db_list(
+    db: DbOpt = None,
+    jobs: Annotated[bool, typer.Option("--jobs", help="List jobs instead of workloads.")] = False,
+    task: TaskOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Workloads (task, bucket, records, fastest time) or, with --jobs, tuning jobs."""
+    from database.queries import list_jobs, list_workloads
+
+    storage = open_storage(db, create=False)
+    if jobs:
+        data = list_jobs(storage)
+        if as_json:
+            print(json.dumps(data))
+            return
+        cols = ["id", "name", "status", "trials_done", "budget", "submitted_by", "started_at"]
+        _table("jobs", cols, [[j[c] for c in cols] for j in data])
+        return
+    data = list_workloads(storage, task=task)
+    if as_json:
+        print(json.dumps(data))
+        return
+    rows = [
+        [
+            w["id"],
+            w["task"],
+            _bucket(w["bucket"]),
+            w["records"],
+            w["valid"],
+            fmt_sec(w["best_sec"]) if w["best_sec"] else None,
+            w["targets"],
+        ]
+        for w in data
+    ]
+    _table("workloads", ["id", "task", "bucket", "records", "valid", "best", "targets"], rows)
+
+
+def _bucket(bucket: dict[str, int] | None) -> str | None:
+    return ",".join(f"{k}={v}" for k, v in bucket.items()) if bucket else None
+
+
+@db_app.command("best")
+@user_errors
+def db_best(
+    db: DbOpt = None,
+    kind: Annotated[
+        str | None, typer.Option("--kind", help="Only this target kind (llvm, cuda, ...).")
+    ] = None,
+    task: TaskOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The best record of every (workload, target), with where and when it was measured."""
+    from database.queries import best_records
+
+    data = best_records(open_storage(db, create=False), target_kind=kind, task=task)
+    if as_json:
+        print(json.dumps(data))
+        return
+    rows = [
+        [
+            r["workload_id"],
+            r["task"],
+            _bucket(r["bucket"]),
+            f"{r['target_kind']}/{r['target_arch'] or '-'}",
+            fmt_sec(r["mean_sec"]),
+            f"{r['gflops']:.1f}" if r["gflops"] else None,
+            (r["device"] or "")[:40] or None,
+            r["job_id"],
+        ]
+        for r in data
+    ]
+    cols = ["id", "task", "bucket", "target", "best", "GFLOPS", "device", "job"]
+    _table("best records", cols, rows)
+
+
+@db_app.command("export")
+@user_errors
+def db_export(
+    dest: Annotated[Path, typer.Argument(help="Folder (metaschedule) or file (sqlite).")],
+    fmt: Annotated[
+        ExportFormat,
+        typer.Option(
+            "--format",
+            "-f",
+            help="metaschedule: stock JSONDatabase files; sqlite: a read-only schedule pack "
+            "of the best records.",
+        ),
+    ] = ExportFormat.metaschedule,
+    best_only: Annotated[
+        bool, typer.Option("--best-only", help="metaschedule: only the best per target.")
+    ] = False,
+    force: Annotated[bool, typer.Option("--force", help="sqlite: replace DEST.")] = False,
+    db: DbOpt = None,
+) -> None:
+    """Export schedules for stock MetaSchedule or as an offline schedule pack."""
+    from database.sharing import export_metaschedule, export_pack
+
+    storage = open_storage(db, create=False)
+    if fmt is ExportFormat.metaschedule:
+        done = export_metaschedule(storage, dest, best_only=best_only)
+        console.print(f"wrote {done.records} records of {done.workloads} workloads to {dest}/")
+    else:
+        done = export_pack(storage, dest, force=force)
+        console.print(
+            f"wrote a read-only pack of {done.records} best records ({done.workloads} "
+            f"workloads) to {dest}; build with --db sqlite:///{dest}"
+        )
+
+
+@db_app.command("import")
+@user_errors
+def db_import(
+    src: Annotated[Path, typer.Argument(help="A MetaSchedule work_dir (database_*.json files).")],
+    db: DbOpt = None,
+) -> None:
+    """Import a stock MetaSchedule database; all of it or (on any bad line) none of it."""
+    from database.sharing import import_metaschedule
+
+    done = import_metaschedule(open_storage(db), src)
+    console.print(
+        f"read {done.records} records of {done.workloads} workloads; {done.added} new, "
+        f"{done.records - done.added} already present"
+    )
+
+
+@db_app.command("merge")
+@user_errors
+def db_merge(
+    other: Annotated[str, typer.Argument(help="URL of the database to fold in.")],
+    db: DbOpt = None,
+) -> None:
+    """Fold a teammate's database in, keeping every record's provenance."""
+    from database.sharing import merge
+
+    done = merge(open_storage(db), other)
+    console.print(
+        f"merged {redact(other)}: {done.added} new records "
+        f"({done.records - done.added} already present) over {done.workloads} workloads"
+    )
+
+
+@db_app.command("prune")
+@user_errors
+def db_prune(
+    db: DbOpt = None,
+    keep_top: Annotated[
+        int | None,
+        typer.Option("--keep-top", help="Keep the best K per (workload, target, device)."),
+    ] = None,
+    failed: Annotated[bool, typer.Option("--failed", help="Delete failed candidates.")] = False,
+    older_than: Annotated[
+        float | None,
+        typer.Option("--older-than", help="Delete non-best records older than DAYS."),
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only count.")] = False,
+) -> None:
+    """Delete records nobody needs; the best of every (workload, target, device) stays."""
+    from database.sharing import prune
+
+    if keep_top is None and not failed and older_than is None:
+        raise TuneFarmError("nothing to prune: give --keep-top, --failed and/or --older-than")
+    plan = prune(
+        open_storage(db, create=False),
+        keep_top=keep_top,
+        failed=failed,
+        older_than_days=older_than,
+        dry_run=dry_run,
+    )
+    verb = "would delete" if dry_run else "deleted"
+    console.print(
+        f"{verb} {plan.total} records ({plan.failed} failed, {plan.beyond_top} beyond the top "
+        f"{keep_top}, {plan.older} older)"
+    )
+
+
+@db_app.command("upgrade")
+@user_errors
+def db_upgrade(db: DbOpt = None) -> None:
+    """Bring the database's schema to this TuneFarm's newest revision (Alembic)."""
+    from database import migrate
+
+    storage = Storage(db or default_url(), create=False, check_schema=False)
+    before, after = migrate.upgrade(storage.engine)
+    if before == after:
+        console.print(f"{redact(storage.url)} is up to date (revision {after})")
+    else:
+        console.print(f"upgraded {redact(storage.url)} from revision {before} to {after}")

@@ -1,5 +1,8 @@
 """Model benchmark: tune each example model at a fixed budget, then time tuned vs untuned vs numpy.
 
+Other benchmarks by first argument: ``suite`` (the whole scoreboard, ``make bench``; see
+:mod:`benchmarks.suite`), ``symbolic``, ``database``.
+
 All ratios are measured side by side in one run. Results go to
 ``benchmarks/results/<date>-<host>.json``. Usage::
 
@@ -37,6 +40,22 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.symbolic import main as symbolic_main
 
         return symbolic_main(argv[1:])
+    if argv and argv[0] == "suite":
+        from benchmarks.suite import main as suite_main
+
+        return suite_main(argv[1:])
+    if argv and argv[0] == "database":
+        from benchmarks.database import main as database_main
+
+        return database_main(argv[1:])
+    if argv and argv[0] == "cost-model":
+        from benchmarks.cost_model import main as cost_model_main
+
+        return cost_model_main(argv[1:])
+    if argv and argv[0] == "throughput":
+        from benchmarks.throughput import main as throughput_main
+
+        return throughput_main(argv[1:])
     if argv and argv[0] == "models":
         argv = argv[1:]
     parser = argparse.ArgumentParser(prog="python -m benchmarks [models]", description=__doc__)
@@ -78,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
             "yes" if r["agree"] else "NO",
         )
     console.print(table)
-    out = ROOT / "benchmarks" / "results" / f"{dt.date.today()}-{socket.gethostname()}.json"
+    name = f"{dt.date.today()}-{socket.gethostname()}-models.json"  # the suite's is <date>-<host>
+    out = ROOT / "benchmarks" / "results" / name
     out.write_text(
         json.dumps(
             {

@@ -1,0 +1,257 @@
+"""Cost-model benchmark: the same tuning task cold vs warm-started from a team database.
+
+1. Fill a database by tuning *other* buckets of a kernel family (``--other-buckets``) with the
+   stock cost model: the team's history.
+2. Tune the target bucket (``--bucket``, a workload absent from that history) three ways at the
+   same budget, each in its own run: ``cold_xgb`` (stock MetaSchedule: fresh database, stock
+   XGBModel), ``cold_tunefarm`` (our model, no pre-training) and ``warm_tunefarm`` (our model
+   warm-started from a copy of the team database: snapshot trained at job start, counted in
+   its wall time).
+3. Report, per run: best latency at the budget; trials and wall seconds to reach 90% of the
+   cold run's final best (throughput); and the ranking metrics of ``tunefarm model eval`` on the
+   final database (ours vs stock XGBModel vs random).
+
+Usage: ``python -m benchmarks cost-model [--trials 64] [--pretrain-trials 96] [--seeds 0 1]``.
+Results: ``benchmarks/results/<date>-<host>-cost-model.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import platform
+import shutil
+import socket
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy import select
+
+from database import Storage, TargetKey
+from database.models import JobRow, RecordRow
+from tuner.cost_model.dataset import load_dataset
+from tuner.cost_model.evaluate import compare
+from tuner.cost_model.ranker import RankerParams
+from tuner.fastimport import preload_tensor_intrin
+from tuner.job import TuneConfig, tune
+from tuner.model import load_model
+from tuner.targets import resolve_target
+from workers.config import MeasureConfig
+from workers.fingerprint import cpu_fingerprint
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = ROOT / "benchmarks" / "data" / "cm_matmul.py"
+RUNS = (
+    ("cold_xgb", "xgb", False),
+    ("cold_tunefarm", "tunefarm", False),
+    ("warm_tunefarm", "tunefarm", True),
+)
+
+
+def copy_sqlite(src: Path, dst: Path) -> None:
+    """Copy a SQLite database with SQLite's backup API (a file copy misses the WAL)."""
+    with sqlite3.connect(src) as a, sqlite3.connect(dst) as b:
+        a.backup(b)
+
+
+def _curve(url: str, job_id: int) -> list[tuple[int, float | None, float]]:
+    """(trial, latency or None, seconds since job start) for each record of the job."""
+    storage = Storage(url, create=False)
+    started = storage.run(lambda s: s.get(JobRow, job_id).started_at)
+    query = (
+        select(RecordRow.mean_sec, RecordRow.created_at)
+        .where(RecordRow.job_id == job_id)
+        .order_by(RecordRow.id)
+    )
+    rows = storage.run(lambda s: list(s.execute(query)))
+    return [(i + 1, sec, (at - started).total_seconds()) for i, (sec, at) in enumerate(rows)]
+
+
+def _reach(
+    curve: list[tuple[int, float | None, float]], latency: float
+) -> tuple[int, float] | None:
+    for trial, sec, at in curve:
+        if sec is not None and sec <= latency:
+            return trial, at
+    return None
+
+
+def _best(curve: list[tuple[int, float | None, float]]) -> float | None:
+    secs = [sec for _, sec, _ in curve if sec is not None]
+    return min(secs) if secs else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks cost-model", description=__doc__)
+    parser.add_argument("--trials", type=int, default=64, help="budget of each target run")
+    parser.add_argument("--pretrain-trials", type=int, default=96, help="history: all buckets")
+    parser.add_argument("--bucket", type=int, default=128, help="the target bucket of n")
+    parser.add_argument("--other-buckets", default="8,32", help="the history's buckets of n")
+    parser.add_argument("--per-iter", type=int, default=8)
+    parser.add_argument("--seeds", type=int, nargs="*", default=[0])
+    parser.add_argument("--runs", nargs="*", default=[r[0] for r in RUNS])
+    parser.add_argument("--history", type=Path, default=None, help="reuse this history (SQLite)")
+    args = parser.parse_args(argv)
+    console = Console(width=120)
+    target = resolve_target("llvm")
+    key = TargetKey.of(target)
+    model = load_model(MODEL)
+    measure = MeasureConfig(min_repeat_ms=10, repeat=3)
+    tmp = Path(tempfile.mkdtemp(prefix="tunefarm-cm-bench-"))
+    history = tmp / "history.db"
+    others = [int(v) for v in args.other_buckets.split(",")]
+    if args.bucket in others:
+        parser.error("--bucket must not be one of --other-buckets")
+
+    start = time.perf_counter()
+    if args.history is not None:
+        console.print(f"[bold]history[/bold]: {args.history}")
+        copy_sqlite(args.history, history)
+    else:
+        console.print(f"[bold]history[/bold]: n in {others}, {args.pretrain_trials} trials")
+        config = TuneConfig(
+            trials=args.pretrain_trials,
+            trials_per_iter=args.per_iter,
+            seed=100,
+            measure=measure,
+            cost_model="xgb",
+        )
+        tune(model.mod, target, Storage(f"sqlite:///{history}"), config, buckets={"n": others})
+    history_sec = time.perf_counter() - start
+
+    runs: list[dict[str, Any]] = []
+    for seed in args.seeds:
+        for name, cost_model, warm in RUNS:
+            if name not in args.runs:
+                continue
+            path = tmp / f"{name}-{seed}.db"
+            if warm:
+                copy_sqlite(history, path)
+            url = f"sqlite:///{path}"
+            console.print(f"[bold]{name}[/bold] seed {seed}: n={args.bucket}, {args.trials} trials")
+            summary = tune(
+                model.mod,
+                target,
+                Storage(url),
+                TuneConfig(
+                    trials=args.trials,
+                    trials_per_iter=args.per_iter,
+                    seed=seed,
+                    measure=measure,
+                    cost_model=cost_model,
+                    warm_start=warm,
+                ),
+                buckets={"n": [args.bucket]},
+            )
+            curve = _curve(url, summary.job_id)
+            runs.append(
+                {
+                    "run": name,
+                    "seed": seed,
+                    "url": url,
+                    "wall_sec": summary.wall_sec,
+                    "curve": curve,
+                    "best_sec": _best(curve),
+                    "first_batch_median_sec": statistics.median(
+                        [sec or float("inf") for _, sec, _ in curve[1 : 1 + args.per_iter]]
+                    ),
+                }
+            )
+
+    # 90% of the cold (stock) run's final best, per seed
+    for r in runs:
+        cold = next(c for c in runs if c["seed"] == r["seed"] and c["run"] == RUNS[0][0])
+        goal = cold["best_sec"] / 0.9 if cold["best_sec"] else None
+        hit = _reach(r["curve"], goal) if goal else None
+        r["goal_sec"] = goal
+        r["trials_to_90"] = hit[0] if hit else None
+        r["wall_to_90_sec"] = hit[1] if hit else None
+
+    table = Table(
+        title=f"n={args.bucket}: {args.trials} trials each; goal = 90% of cold_xgb's best"
+    )
+    for col in (
+        "run",
+        "seed",
+        "best",
+        "1st batch median",
+        "trials to goal",
+        "wall to goal",
+        "wall",
+    ):
+        table.add_column(col, justify="left" if col == "run" else "right")
+    for r in runs:
+        table.add_row(
+            r["run"],
+            str(r["seed"]),
+            f"{r['best_sec'] * 1e6:.2f} us" if r["best_sec"] else "-",
+            f"{r['first_batch_median_sec'] * 1e6:.1f} us",
+            str(r["trials_to_90"] or f">{args.trials}"),
+            f"{r['wall_to_90_sec']:.0f} s" if r["wall_to_90_sec"] is not None else "-",
+            f"{r['wall_sec']:.0f} s",
+        )
+    console.print(table)
+
+    # ranking quality on the warm run's final database (history + target bucket)
+    warm_runs = [r for r in runs if r["run"] == "warm_tunefarm"]
+    evaluation = None
+    if warm_runs:
+        preload_tensor_intrin()
+        ds = load_dataset(Storage(warm_runs[0]["url"], create=False), key)
+        evaluation = compare(ds, RankerParams(nthread=2))
+        table = Table(title=f"ranking quality on {int(ds.valid.sum())} valid records")
+        cols = ("model", "split", "pairwise", "recall@5", "peak@1", "peak@5")
+        for col in cols:
+            table.add_column(col, justify="left" if col in ("model", "split") else "right")
+        for name, res in evaluation.items():
+            for split in ("chronological", "leave_one_workload_out"):
+                m = res[split]
+                table.add_row(
+                    name,
+                    split,
+                    *(
+                        f"{m[k]:.3f}" if m.get(k) is not None else "-"
+                        for k in ("pairwise_accuracy", "recall@5", "peak@1", "peak@5")
+                    ),
+                )
+        console.print(table)
+
+    out = (
+        ROOT
+        / "benchmarks"
+        / "results"
+        / f"{dt.date.today()}-{socket.gethostname()}-cost-model.json"
+    )
+    for r in runs:
+        r.pop("url")
+    out.write_text(
+        json.dumps(
+            {
+                "machine": cpu_fingerprint(),
+                "python": sys.version.split()[0],
+                "platform": platform.platform(),
+                "target": str(target),
+                "args": vars(args),
+                "history_sec": history_sec,
+                "runs": runs,
+                "evaluation": evaluation,
+            },
+            indent=2,
+            default=str,
+        )
+    )
+    console.print(f"wrote {out}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -4,13 +4,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-fast bench lint clean
+.PHONY: install demo demo-frontends examples test test-fast bench bench-models lint clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PY) >/dev/null 2>&1 || { echo "error: $(PY) not found (set PY=python3.x)"; exit 1; }
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,torch,onnx]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -32,13 +32,36 @@ demo: $(STAMP)
 	$(BIN)/tunefarm bench examples/transformer_block_dynamic.py --db $(DEMO_DB) --shape s=1,7,16,17,40,64,65
 	$(BIN)/tunefarm db stats --db $(DEMO_DB)
 
+# Regenerate the ONNX and PyTorch example models (committed; small).
+examples: $(STAMP)
+	$(BIN)/python examples/make_onnx_mlp.py
+	$(BIN)/python examples/export_transformer_encoder.py
+
+# Second part of the demo: models as they come from ONNX and PyTorch (torch.export).
+demo-frontends: $(STAMP)
+	mkdir -p out
+	$(BIN)/tunefarm tune examples/mlp_batch.onnx --shape batch=1,16,64 --trials 32 --db $(DEMO_DB) --seed 0
+	$(BIN)/tunefarm build examples/mlp_batch.onnx --db $(DEMO_DB) -o out/mlp_batch.so
+	$(BIN)/tunefarm bench examples/mlp_batch.onnx --db $(DEMO_DB) --shape batch=1,5,16,40,64,129
+	$(BIN)/tunefarm tune examples/transformer_encoder.pt2 --shape s=16,64 --trials 48 --db $(DEMO_DB) --seed 0
+	$(BIN)/tunefarm build examples/transformer_encoder.pt2 --db $(DEMO_DB) -o out/transformer_encoder.so
+	$(BIN)/tunefarm bench examples/transformer_encoder.pt2 --db $(DEMO_DB) --shape s=1,7,16,40,64,100
+
 test: $(STAMP)
 	$(BIN)/python -m pytest -ra --durations=15 $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -ra -m "not slow" $(PYTEST_ARGS)
 
+# The scoreboard: results/<date>-<host>.json + docs/performance.md (~10 min on 2 cores).
+# Threads pinned to the cores; BENCH_ARGS=--quick for a smoke run.
+BENCH_THREADS ?= $(shell nproc)
 bench: $(STAMP)
+	OPENBLAS_NUM_THREADS=$(BENCH_THREADS) TVM_NUM_THREADS=$(BENCH_THREADS) \
+		$(BIN)/python -m benchmarks suite $(BENCH_ARGS)
+
+# The per-model and symbolic-shape benchmarks (longer; figures in docs/symbolic-shapes.md).
+bench-models: $(STAMP)
 	$(BIN)/python -m benchmarks models
 	$(BIN)/python -m benchmarks symbolic --trials-per-task 8
 

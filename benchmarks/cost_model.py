@@ -4,9 +4,11 @@
    stock cost model: the team's history.
 2. Tune the target bucket (``--bucket``, a workload absent from that history) three ways at the
    same budget, each in its own run: ``cold_xgb`` (stock MetaSchedule: fresh database, stock
-   XGBModel), ``cold_tunefarm`` (our model, no pre-training) and ``warm_tunefarm`` (our model
-   warm-started from a copy of the team database: snapshot trained at job start, counted in
-   its wall time).
+   XGBModel), ``cold_tunefarm`` (our model, no pre-training), ``seeded_xgb`` (stock model on a
+   copy of the team database: the search is seeded with the other buckets' best schedules,
+   refitted; :mod:`database.transfer`), ``warm_tunefarm_model_only`` (our model warm-started
+   from the copy, no seeds) and ``warm_tunefarm`` (both). The snapshot training at job start
+   counts in the warm runs' wall time.
 3. Report, per run: best latency at the budget; trials and wall seconds to reach 90% of the
    cold run's final best (throughput); and the ranking metrics of ``tunefarm model eval`` on the
    final database (ours vs stock XGBModel vs random).
@@ -49,10 +51,13 @@ from workers.fingerprint import cpu_fingerprint
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = ROOT / "benchmarks" / "data" / "cm_matmul.py"
+# (name, cost model, starts from the team history, seeds from other buckets)
 RUNS = (
-    ("cold_xgb", "xgb", False),
-    ("cold_tunefarm", "tunefarm", False),
-    ("warm_tunefarm", "tunefarm", True),
+    ("cold_xgb", "xgb", False, False),
+    ("cold_tunefarm", "tunefarm", False, False),
+    ("seeded_xgb", "xgb", True, True),
+    ("warm_tunefarm_model_only", "tunefarm", True, False),
+    ("warm_tunefarm", "tunefarm", True, True),
 )
 
 
@@ -129,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
 
     runs: list[dict[str, Any]] = []
     for seed in args.seeds:
-        for name, cost_model, warm in RUNS:
+        for name, cost_model, warm, transfer in RUNS:
             if name not in args.runs:
                 continue
             path = tmp / f"{name}-{seed}.db"
@@ -148,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
                     measure=measure,
                     cost_model=cost_model,
                     warm_start=warm,
+                    transfer=transfer,
                 ),
                 buckets={"n": [args.bucket]},
             )

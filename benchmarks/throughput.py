@@ -8,7 +8,7 @@
    W runners = (N x sleep / W) / wall.
 
 Usage: ``python -m benchmarks throughput [--builds 12] [--workers 1 4 16 64] [--sleep-ms 50]
-[--in-flight 2]``.
+[--in-flight 2] [--max-batch 1 4]`` (each ``--max-batch`` value is one scaling series).
 Results go to ``benchmarks/results/<date>-throughput.json``.
 """
 
@@ -89,7 +89,11 @@ def builds_per_second(builders: int, n: int, repeats: int = 3) -> dict[str, Any]
 
 
 def dispatch(
-    workers: list[int], sleep_s: float, per_worker: int, in_flight: int = 2
+    workers: list[int],
+    sleep_s: float,
+    per_worker: int,
+    in_flight: int = 2,
+    max_batches: tuple[int, ...] = (1,),
 ) -> dict[str, Any]:
     import ray
 
@@ -113,18 +117,28 @@ def dispatch(
             out["overhead_ms"] = (time.perf_counter() - start) / n * 1000
         for w in workers:
             slots = [SlotSpec(f"w{i}", measure_fn=fn) for i in range(w)]
-            with RunnerPool(slots, MeasureConfig(), policy, in_flight=in_flight) as pool:
-                for f in [pool.submit(0.0, []) for _ in range(w)]:  # start every actor
-                    f.result()
-                n = per_worker * w
-                start = time.perf_counter()
-                for f in [pool.submit(sleep_s, []) for _ in range(n)]:
-                    f.result()
-                wall = time.perf_counter() - start
-            ideal = n * sleep_s / w
-            out["scaling"].append(
-                {"workers": w, "candidates": n, "wall_s": wall, "efficiency": ideal / wall}
-            )
+            for batch in max_batches:
+                pool = RunnerPool(slots, MeasureConfig(), policy, in_flight, max_batch=batch)
+                with pool:
+                    for f in [pool.submit(0.0, []) for _ in range(w)]:  # start every actor
+                        f.result()
+                    n = per_worker * w
+                    start = time.perf_counter()
+                    for f in [pool.submit(sleep_s, []) for _ in range(n)]:
+                        f.result()
+                    wall = time.perf_counter() - start
+                    calls = sum(row["calls"] for row in pool.stats()) - w
+                ideal = n * sleep_s / w
+                out["scaling"].append(
+                    {
+                        "workers": w,
+                        "max_batch": batch,
+                        "candidates": n,
+                        "calls": calls,
+                        "wall_s": wall,
+                        "efficiency": ideal / wall,
+                    }
+                )
     return out
 
 
@@ -136,6 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sleep-ms", type=float, default=50.0)
     parser.add_argument("--per-worker", type=int, default=10)
     parser.add_argument("--in-flight", type=int, default=2, help="calls queued per runner")
+    parser.add_argument(
+        "--max-batch", type=int, nargs="*", default=[1, 4], help="candidates per call (series)"
+    )
     args = parser.parse_args(argv)
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p
@@ -150,13 +167,16 @@ def main(argv: list[str] | None = None) -> int:
     if len(report["builds"]) >= 2:
         report["build_speedup"] = report["builds"][-1]["per_s"] / report["builds"][0]["per_s"]
         print(f"speedup {report['build_speedup']:.2f}x")
-    disp = dispatch(args.workers, args.sleep_ms / 1000, args.per_worker, args.in_flight)
+    disp = dispatch(
+        args.workers, args.sleep_ms / 1000, args.per_worker, args.in_flight, tuple(args.max_batch)
+    )
     report["dispatch"] = disp
     print(f"dispatch overhead {disp['overhead_ms']:.2f} ms per candidate (one runner)")
     for row in disp["scaling"]:
         print(
-            f"{row['workers']:4d} runners x {args.sleep_ms:.0f} ms: "
-            f"efficiency {row['efficiency']:.2f} ({row['wall_s']:.2f} s)"
+            f"{row['workers']:4d} runners x {args.sleep_ms:.0f} ms, batch <= {row['max_batch']}: "
+            f"efficiency {row['efficiency']:.2f} ({row['wall_s']:.2f} s, "
+            f"{row['candidates']} candidates in {row['calls']} calls)"
         )
     out = ROOT / "benchmarks/results" / f"{dt.date.today().isoformat()}-throughput.json"
     out.write_text(json.dumps(report, indent=2))

@@ -183,7 +183,9 @@ class TuneFarmDatabase(PyDatabase):
     """A MetaSchedule database stored in SQL (SQLite or PostgreSQL).
 
     ``target`` scopes what the search sees (``get_top_k``) to records of that exact target;
-    ``device`` (a fingerprint) enables the exact-device level of ``best``.
+    ``device`` (a fingerprint) enables the exact-device level of ``best``. ``seeds``: how many
+    best schedules of the nearest other buckets of the same symbolic kernel ``get_top_k``
+    adds, refitted to the workload's shape (:mod:`database.transfer`); 0 turns it off.
     """
 
     def __init__(
@@ -191,11 +193,15 @@ class TuneFarmDatabase(PyDatabase):
         storage: Storage,
         target: tvm.target.Target | None = None,
         device: str | None = None,
+        seeds: int = 16,
     ) -> None:
         super().__init__()
         self.storage = storage
         self.scope = TargetKey.of(target) if target is not None else None
+        self.target = target
         self.device = device
+        self.seeds = seeds
+        self._adapted: dict[tuple[int, str], Any] = {}  # (workload id, trace) -> seed | None
         self._ids: dict[str, list[tuple[IRModule, int]]] = {}
         self._workloads: dict[int, Workload] = {}
         self._by_identity: dict[int, tuple[IRModule, int]] = {}  # holds mod: ids stay unique
@@ -366,7 +372,67 @@ class TuneFarmDatabase(PyDatabase):
         if self.scope is not None:
             query = query.where(RecordRow.target_key == self.scope.key)
         rows = self.storage.run(lambda s: list(s.scalars(query)), write=False)
-        return [self._to_record(row, workload) for row in rows]
+        own = [self._to_record(row, workload) for row in rows]
+        if len(own) >= top_k or self.seeds <= 0 or self.scope is None:
+            return own
+        seeds = [
+            TuningRecord(trace, workload, None, self.target, None)
+            for trace in self._sibling_seeds(wid, workload.mod)
+        ]
+        return own + seeds[: top_k - len(own)]
+
+    def _sibling_seeds(self, wid: int, mod: IRModule) -> list[Any]:
+        """The best traces of the nearest other buckets of ``wid``'s family, refitted to
+        ``mod`` (one query per call; each trace is adapted once per database object)."""
+        from database.transfer import adapt_trace, bucket_distance
+
+        assert self.scope is not None
+
+        def load(session: Session) -> tuple[Any, list[tuple[Any, ...]]]:
+            me = session.get(WorkloadRow, wid)
+            if me is None or me.family_shash is None or me.bucket_json is None:
+                return None, []
+            best = (
+                select(
+                    RecordRow.workload_id,
+                    RecordRow.trace_json,
+                    RecordRow.args_info_json,
+                    func.row_number()
+                    .over(partition_by=RecordRow.workload_id, order_by=RecordRow.mean_sec)
+                    .label("rank"),
+                )
+                .join(WorkloadRow, WorkloadRow.id == RecordRow.workload_id)
+                .where(
+                    WorkloadRow.family_shash == me.family_shash,
+                    RecordRow.workload_id != wid,
+                    RecordRow.mean_sec.is_not(None),
+                    RecordRow.target_key == self.scope.key,
+                )
+                .subquery()
+            )
+            query = (
+                select(WorkloadRow.bucket_json, WorkloadRow.mod_json, best.c.trace_json)
+                .join(best, best.c.workload_id == WorkloadRow.id)
+                .where(best.c.rank <= 4)
+            )
+            return json.loads(me.bucket_json), list(session.execute(query))
+
+        bucket, rows = self.storage.run(load, write=False)
+        out: list[Any] = []
+        if bucket is not None:
+            rows.sort(key=lambda r: bucket_distance(json.loads(r[0]), bucket))
+            mods: dict[str, IRModule] = {}
+            for _bucket, mod_json, trace_json in rows:
+                if len(out) >= self.seeds:
+                    break
+                key = (wid, trace_json)
+                if key not in self._adapted:
+                    if mod_json not in mods:
+                        mods[mod_json] = tvm.ir.load_json(mod_json)
+                    self._adapted[key] = _adapt(trace_json, mods[mod_json], mod, adapt_trace)
+                if self._adapted[key] is not None:
+                    out.append(self._adapted[key])
+        return out
 
     def get_all_tuning_records(self) -> list[TuningRecord]:
         def load(session: Session) -> list[tuple[RecordRow, str]]:
@@ -519,6 +585,17 @@ class TuneFarmDatabase(PyDatabase):
                     setattr(row, key, value)
 
         self.storage.run(update)
+
+
+def _adapt(trace_json: str, sibling: IRModule, mod: IRModule, adapt: Any) -> Any:
+    """Parse a sibling's trace against its own module, then refit it to ``mod``."""
+    try:
+        trace = TuningRecord.from_json(
+            [json.loads(trace_json), None, None, None], Workload(sibling)
+        ).trace
+    except Exception:
+        return None
+    return adapt(trace, mod)
 
 
 def candidate_hash_of_trace(trace: tvm.s_tir.Trace, mod: IRModule) -> str:

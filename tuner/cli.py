@@ -27,6 +27,7 @@ from tuner.cli_common import (
     KeepParamsOpt,
     MinRepeatOpt,
     ModelArg,
+    NoTransferOpt,
     PerIterOpt,
     SeedOpt,
     ShapeOpt,
@@ -73,6 +74,7 @@ def tune(
     keep_params: KeepParamsOpt = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     cost_model: CostModelOpt = "tunefarm",
+    no_transfer: NoTransferOpt = False,
 ) -> None:
     """Tune MODEL's kernels on Ray workers and store the best schedules in the database."""
     from tuner.buckets import choose_buckets, parse_shape_options
@@ -89,6 +91,7 @@ def tune(
         job_name=job,
         measure=MeasureConfig(min_repeat_ms=min_repeat_ms),
         cost_model=cost_model,
+        transfer=not no_transfer,
     )
     tgt = resolve_target(target, arch)
     loaded = load_model(model, entry, keep_params=keep_params)

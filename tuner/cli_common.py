@@ -81,6 +81,13 @@ ShapeOpt = Annotated[
     list[str] | None,
     typer.Option("--shape", help="Buckets of a symbolic dim: VAR=V1,V2,... (repeatable)."),
 ]
+NoTransferOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-transfer",
+        help="Do not seed a bucket's search with the best schedules of its other buckets.",
+    ),
+]
 CostModelOpt = Annotated[
     str, typer.Option("--cost-model", help="Cost model: tunefarm, xgb (stock) or random.")
 ]

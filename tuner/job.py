@@ -49,6 +49,9 @@ class TuneConfig:
     # from the database (its latest snapshot or its records) before the first round
     cost_model: str = "tunefarm"
     warm_start: bool = True
+    # seed each bucket's search with the refitted best schedules of its other buckets
+    # (database.transfer)
+    transfer: bool = True
 
     def __post_init__(self) -> None:
         check_name(self.cost_model)
@@ -255,7 +258,7 @@ def tune(
     :mod:`tuner.buckets`): one static task per distinct kernel, its bucket recorded with it.
     """
     start = time.perf_counter()
-    db = TuneFarmDatabase(storage, target)
+    db = TuneFarmDatabase(storage, target, seeds=16 if config.transfer else 0)
     db_busy_at_start = storage.busy_sec
     all_tasks = extract_tasks(prepare(mod, target), target)
     skipped: list[str] = []
@@ -289,6 +292,7 @@ def tune(
                 "measure": config.measure.to_dict(),
                 "cost_model": config.cost_model,
                 "warm_start": config.warm_start,
+                "transfer": config.transfer,
             }
         ),
     )

@@ -74,6 +74,11 @@ class DeviceRunner:
         self.calls += 1
         return self.measure_fn(artifact, args_info, self.device_kind, self.config)
 
+    def measure_batch(self, args_infos: list[list[Any]], *artifacts: bytes) -> list[RunResult]:
+        """Several candidates in one call, measured one after the other (artifacts are
+        top-level arguments so Ray resolves their object refs)."""
+        return [self.measure(a, i) for a, i in zip(artifacts, args_infos, strict=True)]
+
     def ping(self) -> str:
         return f"{os.uname().nodename}:{os.getpid()}"
 
@@ -251,6 +256,7 @@ class _Work:
     avoid: set[str] = field(default_factory=set)  # slots it failed on
     suspects: list[str] = field(default_factory=list)  # slots to blame if it succeeds later
     last: tuple[ErrorKind, str] | None = None  # its latest failure
+    alone: bool = False  # its batch failed: measured in a call of its own from now on
 
 
 @dataclass
@@ -260,14 +266,15 @@ class Slot:
     spec: SlotSpec
     actor: Any = None
     starting: bool = False  # waiting for a fresh actor's first ping
-    work: _Work | None = None
+    work: list[_Work] = field(default_factory=list)  # the current call's candidates
     ref: Any = None
     deadline: float = 0.0
-    ahead: _Work | None = None  # a second call queued in the actor behind ``work``
+    ahead: list[_Work] = field(default_factory=list)  # a second call queued behind ``work``
     ahead_ref: Any = None
     failures: int = 0  # consecutive failures blamed on this slot
     streak: int = 0  # consecutive candidates that failed here and everywhere else
     measured: int = 0
+    calls: int = 0  # measure calls sent (fewer than ``measured`` when batching)
     restarts: int = 0
     state: str = "idle"  # idle | busy | quarantined | lost
 
@@ -288,6 +295,13 @@ class RunnerPool:
     the next one without waiting for the dispatcher's round trip. The queued call counts as an
     attempt only once it is the slot's current call; if the actor is killed before, it goes
     back to the queue unharmed.
+
+    ``max_batch > 1`` sends up to that many fresh candidates in one actor call when at least
+    two per healthy slot wait (``DeviceRunner.measure_batch``, still one at a time on the
+    device): fewer calls where measurements are short and runners many. A batch that fails
+    (death, hang, garbage) cannot say which candidate did it, so its candidates go back to the
+    front of the line to be measured alone, with no attempt counted and nobody blamed (a
+    garbage answer still counts against the slot).
     """
 
     def __init__(
@@ -296,12 +310,16 @@ class RunnerPool:
         config: MeasureConfig,
         policy: FaultPolicy | None = None,
         in_flight: int = 2,
+        max_batch: int = 1,
     ) -> None:
         if not slots:
             raise ValueError("a runner pool needs at least one device slot")
         if in_flight not in (1, 2):
             raise ValueError("RunnerPool.in_flight must be 1 or 2")
+        if max_batch < 1:
+            raise ValueError("RunnerPool.max_batch must be >= 1")
         self.in_flight = in_flight
+        self.max_batch = max_batch
         self.config = config
         self.policy = policy or FaultPolicy()
         self.slots = [Slot(spec) for spec in slots]
@@ -341,6 +359,7 @@ class RunnerPool:
                     "node": s.spec.node_id,
                     "state": s.state,
                     "measured": s.measured,
+                    "calls": s.calls,
                     "failures": s.failures,
                     "restarts": s.restarts,
                 }
@@ -424,7 +443,8 @@ class RunnerPool:
         while self._queue and idle:
             work = self._queue.popleft()
             if not work.avoid:  # the common case: any idle slot
-                self._dispatch(idle.pop(0), work)
+                slot = idle.pop(0)
+                self._dispatch(slot, self._take(slot, work))
                 continue
             # a candidate that failed on a slot is retried on another one if there is one,
             # else on the same one, restarted
@@ -433,7 +453,7 @@ class RunnerPool:
             pick = next((s for s in idle if s in pool), None)
             if pick is not None:
                 idle.remove(pick)
-                self._dispatch(pick, work)
+                self._dispatch(pick, [work])
             elif pool:
                 waiting.append(work)  # wait for one of them to be idle
             else:
@@ -441,6 +461,20 @@ class RunnerPool:
         self._queue.extendleft(reversed(waiting))  # they keep their place in line
         if self.in_flight > 1 and self._queue:
             self._queue_ahead(suspected)
+
+    def _take(self, slot: Slot, work: _Work) -> list[_Work]:
+        """``work`` plus, when batching pays, the fresh candidates right behind it."""
+        batch = [work]
+        if self.max_batch == 1 or work.alone or slot.spec.actor_cls is not None:
+            return batch
+        healthy = sum(1 for s in self.slots if s.healthy)
+        size = min(self.max_batch, (len(self._queue) + 1) // max(1, healthy))
+        while len(batch) < size and self._queue:
+            nxt = self._queue[0]
+            if nxt.avoid or nxt.alone:
+                break
+            batch.append(self._queue.popleft())
+        return batch
 
     def _queue_ahead(self, suspected: set[str]) -> None:
         """Queue a second call in busy actors (fresh candidates only: a retried one waits for
@@ -453,36 +487,50 @@ class RunnerPool:
                 and slot.spec.name not in suspected
                 and slot.ref is not None
                 and not slot.starting
-                and slot.ahead is None
+                and not slot.ahead
                 and slot.actor is not None
             ):
-                work = self._queue.popleft()
-                slot.ahead = work
-                slot.ahead_ref = slot.actor.measure.remote(work.artifact, work.args_info)
+                slot.ahead = self._take(slot, self._queue.popleft())
+                slot.ahead_ref = self._call(slot, slot.ahead)
+
+    def _call(self, slot: Slot, batch: list[_Work]) -> Any:
+        slot.calls += 1
+        if len(batch) == 1:
+            return slot.actor.measure.remote(batch[0].artifact, batch[0].args_info)
+        return slot.actor.measure_batch.remote(
+            [w.args_info for w in batch], *(w.artifact for w in batch)
+        )
+
+    def _start_attempt(self, slot: Slot, batch: list[_Work]) -> None:
+        for work in batch:
+            work.future.attempts += 1
+            work.future.slots.append(slot.spec.name)
+        slot.deadline = time.monotonic() + self.config.run_timeout_s * len(batch)
 
     def _promote(self, slot: Slot) -> None:
         """The queued call becomes the slot's current one (the actor is running it)."""
-        if slot.ahead is None or not slot.healthy:
+        if not slot.ahead or not slot.healthy:
             return
-        work, ref = slot.ahead, slot.ahead_ref
-        slot.ahead = slot.ahead_ref = None
-        slot.work, slot.ref, slot.state = work, ref, "busy"
-        work.future.attempts += 1
-        work.future.slots.append(slot.spec.name)
-        slot.deadline = time.monotonic() + self.config.run_timeout_s
+        batch, ref = slot.ahead, slot.ahead_ref
+        slot.ahead, slot.ahead_ref = [], None
+        slot.work, slot.ref, slot.state = batch, ref, "busy"
+        self._start_attempt(slot, batch)
 
     def _unqueue_ahead(self, slot: Slot) -> None:
         """The actor is gone: its queued call never ran; back to the front of the line."""
-        if slot.ahead is None:
+        if not slot.ahead:
             return
-        work = slot.ahead
-        slot.ahead = slot.ahead_ref = None
-        self._note(f"re-queued: {work.future.key} (it waited behind a call on {slot.spec.name})")
+        batch = slot.ahead
+        slot.ahead, slot.ahead_ref = [], None
+        for work in batch:
+            self._note(
+                f"re-queued: {work.future.key} (it waited behind a call on {slot.spec.name})"
+            )
         with self._cv:
-            self._queue.appendleft(work)
+            self._queue.extendleft(reversed(batch))
 
-    def _dispatch(self, slot: Slot, work: _Work) -> None:
-        slot.work, slot.state = work, "busy"
+    def _dispatch(self, slot: Slot, batch: list[_Work]) -> None:
+        slot.work, slot.state = batch, "busy"
         if slot.actor is None:  # start it and wait for its ping before timing anything
             slot.actor = slot.spec.start(self.config)
             slot.starting = True
@@ -492,38 +540,54 @@ class RunnerPool:
         self._measure(slot)
 
     def _measure(self, slot: Slot) -> None:
-        work = slot.work
-        assert work is not None
-        work.future.attempts += 1
-        work.future.slots.append(slot.spec.name)
-        slot.ref = slot.actor.measure.remote(work.artifact, work.args_info)
-        slot.deadline = time.monotonic() + self.config.run_timeout_s
+        assert slot.work
+        self._start_attempt(slot, slot.work)
+        slot.ref = self._call(slot, slot.work)
 
-    def _release(self, slot: Slot) -> _Work:
-        work = slot.work
-        assert work is not None
-        slot.work, slot.ref, slot.starting = None, None, False
+    def _release(self, slot: Slot) -> list[_Work]:
+        batch = slot.work
+        assert batch
+        slot.work, slot.ref, slot.starting = [], None, False
         if slot.state == "busy":
             slot.state = "idle"
-        return work
+        return batch
+
+    def _split(self, batch: list[_Work], slot: Slot, kind: ErrorKind, detail: str) -> None:
+        """A failed batch: nobody knows which candidate did it; each is measured alone."""
+        self._note(
+            f"{kind.value}: batch of {len(batch)} on {slot.spec.name}: {detail}; "
+            "measuring them one by one"
+        )
+        for work in batch:
+            work.future.attempts -= 1
+            work.future.slots.pop()
+            work.alone = True
+        with self._cv:
+            self._queue.extendleft(reversed(batch))
 
     def _collect(self, slot: Slot, value: Any = None) -> None:
         try:
             if value is _UNFETCHED:
                 value = ray.get(slot.ref)
         except ray.exceptions.ObjectLostError as err:
-            work = self._release(slot)  # the artifact is gone, not the runner
+            batch = self._release(slot)  # the artifact is gone, not the runner
             self._promote(slot)
-            self._artifact_lost(work, err)
+            if len(batch) > 1:
+                self._split(batch, slot, ErrorKind.WORKER_DIED, _first_line(err))
+            else:
+                self._artifact_lost(batch[0], err)
             return
         except ray.exceptions.RayActorError as err:
             detail = f"runner {slot.spec.name} died: {_first_line(err)}"
             if slot.spec.node_id and not _node_alive(slot.spec.node_id):
-                work = self._release(slot)
+                batch = self._release(slot)
                 self._kill(slot)
                 slot.state = "lost"
                 self._note(f"lost: {slot.spec.name} (its node left the cluster)")
-                self._retry(work, slot, ErrorKind.WORKER_DIED, detail, blame=None)
+                if len(batch) > 1:
+                    self._split(batch, slot, ErrorKind.WORKER_DIED, detail)
+                else:
+                    self._retry(batch[0], slot, ErrorKind.WORKER_DIED, detail, blame=None)
                 return
             self._failed(slot, ErrorKind.WORKER_DIED, detail, certain=slot.starting)
             return
@@ -535,17 +599,23 @@ class RunnerPool:
             slot.starting = False
             self._measure(slot)
             return
-        if not isinstance(value, RunResult):
+        values = [value] if len(slot.work) == 1 else value
+        if not (
+            isinstance(values, list)
+            and len(values) == len(slot.work)
+            and all(isinstance(v, RunResult) for v in values)
+        ):
             detail = f"runner {slot.spec.name} returned {type(value).__name__}, not a RunResult"
             self._failed(slot, ErrorKind.INVALID_RESULT, detail, certain=True)
             return
-        work = self._release(slot)
+        batch = self._release(slot)
         self._promote(slot)
         slot.failures = slot.streak = 0
-        slot.measured += 1
-        for name in work.suspects:  # it failed there but works here: those slots were at fault
-            self._strike(self._slot(name))
-        work.future._resolve(value)
+        slot.measured += len(batch)
+        for work, result in zip(batch, values, strict=True):
+            for name in work.suspects:  # it failed there but works here: that slot was at fault
+                self._strike(self._slot(name))
+            work.future._resolve(result)
 
     def _timeout(self, slot: Slot) -> None:
         if slot.starting:
@@ -563,12 +633,15 @@ class RunnerPool:
         while running the candidate) the kernel may be at fault: the slot is blamed only if the
         candidate then succeeds on another slot.
         """
-        work = self._release(slot)
+        batch = self._release(slot)
         self._kill(slot)
         slot.restarts += 1
         if certain:
             self._strike(slot)
-        self._retry(work, slot, kind, detail, blame=None if certain else slot.spec.name)
+        if len(batch) > 1:
+            self._split(batch, slot, kind, detail)
+            return
+        self._retry(batch[0], slot, kind, detail, blame=None if certain else slot.spec.name)
 
     def _strike(self, slot: Slot) -> None:
         slot.failures += 1
@@ -636,11 +709,10 @@ class RunnerPool:
             work = self._queue.popleft()
             work.future._resolve(_err(ErrorKind.WORKER_DIED, detail))
         for slot in self.slots:
-            if slot.ahead is not None:
-                slot.ahead.future._resolve(_err(ErrorKind.WORKER_DIED, detail))
-                slot.ahead = slot.ahead_ref = None
-            if slot.work is not None:
-                work = self._release(slot)
+            for work in slot.ahead:
+                work.future._resolve(_err(ErrorKind.WORKER_DIED, detail))
+            slot.ahead, slot.ahead_ref = [], None
+            for work in self._release(slot) if slot.work else []:
                 if not work.future.done():
                     work.future._resolve(_err(ErrorKind.WORKER_DIED, detail))
             if slot.state == "idle":

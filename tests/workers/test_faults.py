@@ -112,16 +112,18 @@ def _run_all(pool: RunnerPool, n: int, sleep: float = 0.0) -> list:
 
 
 @pytest.mark.ray
+@pytest.mark.parametrize("max_batch", [1, 4])
 @pytest.mark.parametrize(
     ("fault", "strikes"), [("die_measure", 2), ("hang_measure", 1), ("garbage_measure", 2)]
 )
 def test_failing_runner_is_quarantined_and_nothing_is_lost(
-    local_ray, fault: str, strikes: int
+    local_ray, fault: str, strikes: int, max_batch: int
 ) -> None:
     # (a hanging runner costs 2 s a try, meanwhile the good one serves the rest: one strike)
     config = MeasureConfig(run_timeout_s=2.0)
     policy = FaultPolicy(max_attempts=3, quarantine_after=strikes, startup_timeout_s=60)
-    with RunnerPool([_bad("bad", fault), _good()], config, policy) as pool:
+    slots = [_bad("bad", fault), _good()]
+    with RunnerPool(slots, config, policy, max_batch=max_batch) as pool:
         # enough work (12 x 0.25 s) that the good slot cannot serve it all before the bad one,
         # slow to start on a loaded machine, has had its tries
         results, futures = _run_all(pool, 12, sleep=0.25)
@@ -135,7 +137,11 @@ def test_failing_runner_is_quarantined_and_nothing_is_lost(
     assert stats["bad"]["state"] == "quarantined"
     assert all(f.slots[-1] == "good" for f in futures)
     assert any("quarantined: bad" in e for e in pool.events)
-    assert sum(len(f.slots) for f in futures) <= 12 + 2  # only the bad slot's tries repeat
+    # only the bad slot's tries repeat (a failed batch counts no attempt)
+    assert sum(len(f.slots) for f in futures) <= 12 + strikes
+    if max_batch > 1:  # the first call on each slot was a batch; the bad one's was split
+        assert any("batch of 4 on bad" in e for e in pool.events), pool.events
+        assert stats["good"]["calls"] < stats["good"]["measured"]
 
 
 @pytest.mark.ray
@@ -228,3 +234,29 @@ def test_two_calls_in_flight_still_measure_one_at_a_time(local_ray) -> None:
 def test_runner_pool_in_flight_is_validated() -> None:
     with pytest.raises(ValueError, match="in_flight"):
         RunnerPool([SlotSpec("x")], MeasureConfig(), in_flight=3)
+    with pytest.raises(ValueError, match="max_batch"):
+        RunnerPool([SlotSpec("x")], MeasureConfig(), max_batch=0)
+
+
+@pytest.mark.ray
+def test_batches_still_measure_one_at_a_time_and_answer_each_once(local_ray) -> None:
+    """Batched calls: fewer actor calls than candidates, measurements never overlap, one
+    attempt each; a batch whose runner dies goes back to be measured alone, uncounted."""
+    spec = _bad("w", "interval_measure")
+    policy = FaultPolicy(startup_timeout_s=60)
+    with RunnerPool([spec], MeasureConfig(), policy, max_batch=4) as pool:
+        futures = [pool.submit({"sleep": 0.05}, [], key=f"c{i}") for i in range(16)]
+        runs = sorted(f.result(timeout=60).run_secs for f in futures)
+        assert all(a[1] <= b[0] for a, b in itertools.pairwise(runs)), runs
+        assert [f.attempts for f in futures] == [1] * 16
+        assert pool.slots[0].calls <= 8  # 16 candidates, mostly 4 a call
+
+        doomed = [pool.submit({"sleep": 0.2, "die": i == 1}, [], key=f"d{i}") for i in range(4)]
+        doomed += [pool.submit({"sleep": 0.0}, [], key=f"e{i}") for i in range(4)]
+        results = [f.result(timeout=60) for f in doomed]
+    kinds = [ErrorKind.parse(r.error_msg) if not r.ok else None for r in results]
+    assert kinds == [None, ErrorKind.WORKER_DIED] + [None] * 6, kinds
+    # d1 killed its batch: every candidate of that batch was measured again alone; only d1
+    # used its attempts (2), the others one each
+    assert [f.attempts for f in doomed] == [1, 2, 1, 1, 1, 1, 1, 1]
+    assert any("batch of" in e and "one by one" in e for e in pool.events), pool.events

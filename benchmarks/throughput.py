@@ -5,7 +5,8 @@
    round (each worker's build child imports TVM once), candidates per second (median of 3).
 2. Dispatch: the RunnerPool with synthetic runners that sleep a fixed time. Overhead per
    candidate = wall time per candidate through one runner that does not sleep; efficiency at
-   W runners = (N x sleep / W) / wall.
+   W runners = (N x sleep / W) / wall; utilization = time the runners spent in measurements
+   (the sleeps as they really lasted) / (W x wall): the share of device time the pool keeps busy.
 
 Usage: ``python -m benchmarks throughput [--builds 12] [--workers 1 4 16 64] [--sleep-ms 50]
 [--in-flight 2] [--max-batch 1 4]`` (each ``--max-batch`` value is one scaling series).
@@ -18,6 +19,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -26,28 +28,76 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def sleep_measure(artifact: Any, args_info: list, device: str, config: Any) -> Any:
-    """A synthetic runner: sleeps ``artifact`` seconds and reports one run time."""
+    """A synthetic runner: sleeps ``artifact`` seconds and reports how long it really slept
+    (with 64 processes on 2 cores a 50 ms sleep overshoots: that is the OS, not the pool)."""
     from workers.results import RunResult
 
+    start = time.perf_counter()
     time.sleep(float(artifact))
-    return RunResult(run_secs=(1e-3,), device=device, worker=str(os.getpid()))
+    return RunResult(
+        run_secs=(time.perf_counter() - start,), device=device, worker=str(os.getpid())
+    )
 
 
 def _matmul(rows: int) -> Any:
+    """A tiled, unrolled and vectorized [rows,128]x[128,128] matmul: a candidate whose build
+    costs a few hundred ms of a core, like a real one (a bare tiny kernel builds in ~50 ms and
+    would measure Ray's per-task overhead instead of building)."""
+    import tvm
     from tvm import te
 
     from tuner.pipeline import normalize
 
-    a = te.placeholder((rows, 32), name="A")
-    b = te.placeholder((32, 32), name="B")
-    r = te.reduce_axis((0, 32), name="k")
-    c = te.compute((rows, 32), lambda x, y: te.sum(a[x, r] * b[r, y], axis=r), name="C")
-    return normalize(te.create_prim_func([a, b, c]))
+    a = te.placeholder((rows, 128), name="A")
+    b = te.placeholder((128, 128), name="B")
+    r = te.reduce_axis((0, 128), name="k")
+    c = te.compute((rows, 128), lambda x, y: te.sum(a[x, r] * b[r, y], axis=r), name="C")
+    sch = tvm.s_tir.Schedule(normalize(te.create_prim_func([a, b, c])))
+    i, j, k = sch.get_loops(sch.get_sblock("C"))
+    io, ii = sch.split(i, [None, 4])
+    jo, ji = sch.split(j, [None, 16])
+    ko, ki = sch.split(k, [None, 8])
+    sch.reorder(io, jo, ko, ii, ki, ji)
+    for loop in (ko, ii, ki):
+        sch.unroll(loop)
+    sch.vectorize(ji)
+    sch.parallel(io)
+    return sch.mod
 
 
 def _mods(n: int, offset: int = 0) -> list:
-    """``n`` distinct small matmuls (rows 16, 20, 24, ...)."""
+    """``n`` distinct candidates (rows 16, 20, 24, ...)."""
     return [_matmul(16 + 4 * (i + offset)) for i in range(n)]
+
+
+_SPIN = (
+    "import time\nt = time.perf_counter()\nx = 0\nfor i in range(10_000_000): x += i\n"
+    "print(time.perf_counter() - t)"
+)
+
+
+def cpu_ceiling(procs: int = 2) -> dict[str, Any]:
+    """How much ``procs`` CPU-bound processes at once get done vs one alone on this machine:
+    the most any parallel speedup can be here (vCPUs that are SMT siblings or shared with
+    other guests give less than ``procs``)."""
+    import subprocess
+    import sys
+
+    def run(n: int) -> float:
+        ps = [
+            subprocess.Popen([sys.executable, "-c", _SPIN], stdout=subprocess.PIPE, text=True)
+            for _ in range(n)
+        ]
+        return max(float(p.communicate()[0]) for p in ps)
+
+    alone = statistics.median(run(1) for _ in range(3))
+    together = statistics.median(run(procs) for _ in range(3))
+    return {
+        "procs": procs,
+        "alone_s": alone,
+        "together_s": together,
+        "speedup": procs * alone / together,
+    }
 
 
 def builds_per_second(builders: int, n: int, repeats: int = 3) -> dict[str, Any]:
@@ -94,6 +144,7 @@ def dispatch(
     per_worker: int,
     in_flight: int = 2,
     max_batches: tuple[int, ...] = (1,),
+    repeats: int = 3,
 ) -> dict[str, Any]:
     import ray
 
@@ -119,24 +170,33 @@ def dispatch(
             slots = [SlotSpec(f"w{i}", measure_fn=fn) for i in range(w)]
             for batch in max_batches:
                 pool = RunnerPool(slots, MeasureConfig(), policy, in_flight, max_batch=batch)
+                n = per_worker * w
+                walls, calls, utils = [], [], []
                 with pool:
                     for f in [pool.submit(0.0, []) for _ in range(w)]:  # start every actor
                         f.result()
-                    n = per_worker * w
-                    start = time.perf_counter()
-                    for f in [pool.submit(sleep_s, []) for _ in range(n)]:
-                        f.result()
-                    wall = time.perf_counter() - start
-                    calls = sum(row["calls"] for row in pool.stats()) - w
+                    for _ in range(repeats):
+                        before = sum(row["calls"] for row in pool.stats())
+                        start = time.perf_counter()
+                        futures = [pool.submit(sleep_s, []) for _ in range(n)]
+                        busy = sum(f.result().run_secs[0] for f in futures)
+                        walls.append(time.perf_counter() - start)
+                        utils.append(busy / (w * walls[-1]))
+                        calls.append(sum(row["calls"] for row in pool.stats()) - before)
                 ideal = n * sleep_s / w
+                effs = sorted(ideal / wall for wall in walls)
                 out["scaling"].append(
                     {
                         "workers": w,
                         "max_batch": batch,
                         "candidates": n,
-                        "calls": calls,
-                        "wall_s": wall,
-                        "efficiency": ideal / wall,
+                        "calls": int(statistics.median(calls)),
+                        "wall_s": statistics.median(walls),
+                        "efficiency": statistics.median(effs),
+                        "efficiency_min": effs[0],
+                        "efficiency_max": effs[-1],
+                        "utilization": statistics.median(utils),
+                        "repeats": repeats,
                     }
                 )
     return out
@@ -150,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sleep-ms", type=float, default=50.0)
     parser.add_argument("--per-worker", type=int, default=10)
     parser.add_argument("--in-flight", type=int, default=2, help="calls queued per runner")
+    parser.add_argument("--repeats", type=int, default=3, help="timed rounds per pool (median)")
     parser.add_argument(
         "--max-batch", type=int, nargs="*", default=[1, 4], help="candidates per call (series)"
     )
@@ -166,16 +227,30 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{b} builder(s): {row['per_s']:.2f} candidates/s ({row['wall_s']:.1f} s)")
     if len(report["builds"]) >= 2:
         report["build_speedup"] = report["builds"][-1]["per_s"] / report["builds"][0]["per_s"]
-        print(f"speedup {report['build_speedup']:.2f}x")
+        ceiling = cpu_ceiling(report["builds"][-1]["builders"])
+        report["cpu_ceiling"] = ceiling
+        report["build_speedup_vs_ceiling"] = report["build_speedup"] / ceiling["speedup"]
+        print(
+            f"speedup {report['build_speedup']:.2f}x; this machine's CPU ceiling for "
+            f"{ceiling['procs']} processes: {ceiling['speedup']:.2f}x "
+            f"(builders reach {report['build_speedup_vs_ceiling']:.0%} of it)"
+        )
     disp = dispatch(
-        args.workers, args.sleep_ms / 1000, args.per_worker, args.in_flight, tuple(args.max_batch)
+        args.workers,
+        args.sleep_ms / 1000,
+        args.per_worker,
+        args.in_flight,
+        tuple(args.max_batch),
+        args.repeats,
     )
     report["dispatch"] = disp
     print(f"dispatch overhead {disp['overhead_ms']:.2f} ms per candidate (one runner)")
     for row in disp["scaling"]:
         print(
             f"{row['workers']:4d} runners x {args.sleep_ms:.0f} ms, batch <= {row['max_batch']}: "
-            f"efficiency {row['efficiency']:.2f} ({row['wall_s']:.2f} s, "
+            f"efficiency {row['efficiency']:.2f} "
+            f"[{row['efficiency_min']:.2f}-{row['efficiency_max']:.2f}], "
+            f"utilization {row['utilization']:.2f} ({row['wall_s']:.2f} s, "
             f"{row['candidates']} candidates in {row['calls']} calls)"
         )
     out = ROOT / "benchmarks/results" / f"{dt.date.today().isoformat()}-throughput.json"

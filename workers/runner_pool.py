@@ -467,8 +467,10 @@ class RunnerPool:
         batch = [work]
         if self.max_batch == 1 or work.alone or slot.spec.actor_cls is not None:
             return batch
-        healthy = sum(1 for s in self.slots if s.healthy)
-        size = min(self.max_batch, (len(self._queue) + 1) // max(1, healthy))
+        # an even share of what waits across the healthy slots' calls in flight, so the last
+        # calls end together (no slot left with a long batch while the others idle)
+        calls = self.in_flight * sum(1 for s in self.slots if s.healthy)
+        size = min(self.max_batch, -(-(len(self._queue) + 1) // max(1, calls)))
         while len(batch) < size and self._queue:
             nxt = self._queue[0]
             if nxt.avoid or nxt.alone:

@@ -140,7 +140,7 @@ def test_failing_runner_is_quarantined_and_nothing_is_lost(
     # only the bad slot's tries repeat (a failed batch counts no attempt)
     assert sum(len(f.slots) for f in futures) <= 12 + strikes
     if max_batch > 1:  # the first call on each slot was a batch; the bad one's was split
-        assert any("batch of 4 on bad" in e for e in pool.events), pool.events
+        assert any("batch of" in e and "on bad" in e for e in pool.events), pool.events
         assert stats["good"]["calls"] < stats["good"]["measured"]
 
 

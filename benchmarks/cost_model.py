@@ -4,11 +4,11 @@
    stock cost model: the team's history.
 2. Tune the target bucket (``--bucket``, a workload absent from that history) three ways at the
    same budget, each in its own run: ``cold_xgb`` (stock MetaSchedule: fresh database, stock
-   XGBModel), ``cold_tunefarm`` (our model, no pre-training), ``seeded_xgb`` (stock model on a
-   copy of the team database: the search is seeded with the other buckets' best schedules,
-   refitted; :mod:`database.transfer`), ``warm_tunefarm_model_only`` (our model warm-started
-   from the copy, no seeds) and ``warm_tunefarm`` (both). The snapshot training at job start
-   counts in the warm runs' wall time.
+   XGBModel), ``cold_tunefarm`` (our model, no pre-training), ``warm_tunefarm`` (our model
+   warm-started from a copy of the team database: the default), ``seeded_xgb`` (stock model,
+   the search seeded with the other buckets' best schedules, refitted: ``--transfer``,
+   :mod:`database.transfer`) and ``warm_tunefarm_seeded`` (both). The snapshot training at
+   job start counts in the warm runs' wall time.
 3. Report, per run: best latency at the budget; trials and wall seconds to reach 90% of the
    cold run's final best (throughput); and the ranking metrics of ``tunefarm model eval`` on the
    final database (ours vs stock XGBModel vs random).
@@ -55,9 +55,9 @@ MODEL = ROOT / "benchmarks" / "data" / "cm_matmul.py"
 RUNS = (
     ("cold_xgb", "xgb", False, False),
     ("cold_tunefarm", "tunefarm", False, False),
+    ("warm_tunefarm", "tunefarm", True, False),
     ("seeded_xgb", "xgb", True, True),
-    ("warm_tunefarm_model_only", "tunefarm", True, False),
-    ("warm_tunefarm", "tunefarm", True, True),
+    ("warm_tunefarm_seeded", "tunefarm", True, True),
 )
 
 
@@ -103,7 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-iter", type=int, default=8)
     parser.add_argument("--seeds", type=int, nargs="*", default=[0])
     parser.add_argument("--runs", nargs="*", default=[r[0] for r in RUNS])
-    parser.add_argument("--history", type=Path, default=None, help="reuse this history (SQLite)")
+    parser.add_argument(
+        "--history",
+        type=Path,
+        default=None,
+        help="reuse this history (SQLite file); when it does not exist, build it and save it there",
+    )
     args = parser.parse_args(argv)
     console = Console(width=120)
     target = resolve_target("llvm")
@@ -117,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--bucket must not be one of --other-buckets")
 
     start = time.perf_counter()
-    if args.history is not None:
+    if args.history is not None and args.history.is_file():
         console.print(f"[bold]history[/bold]: {args.history}")
         copy_sqlite(args.history, history)
     else:
@@ -130,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
             cost_model="xgb",
         )
         tune(model.mod, target, Storage(f"sqlite:///{history}"), config, buckets={"n": others})
+        if args.history is not None:  # kept for the next run
+            copy_sqlite(history, args.history)
     history_sec = time.perf_counter() - start
 
     runs: list[dict[str, Any]] = []

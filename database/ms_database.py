@@ -185,7 +185,7 @@ class TuneFarmDatabase(PyDatabase):
     ``target`` scopes what the search sees (``get_top_k``) to records of that exact target;
     ``device`` (a fingerprint) enables the exact-device level of ``best``. ``seeds``: how many
     best schedules of the nearest other buckets of the same symbolic kernel ``get_top_k``
-    adds, refitted to the workload's shape (:mod:`database.transfer`); 0 turns it off.
+    adds, refitted to the workload's shape (:mod:`database.transfer`); 0 (the default): none.
     """
 
     def __init__(
@@ -193,7 +193,7 @@ class TuneFarmDatabase(PyDatabase):
         storage: Storage,
         target: tvm.target.Target | None = None,
         device: str | None = None,
-        seeds: int = 16,
+        seeds: int = 0,
     ) -> None:
         super().__init__()
         self.storage = storage

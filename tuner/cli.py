@@ -27,11 +27,11 @@ from tuner.cli_common import (
     KeepParamsOpt,
     MinRepeatOpt,
     ModelArg,
-    NoTransferOpt,
     PerIterOpt,
     SeedOpt,
     ShapeOpt,
     TargetOpt,
+    TransferOpt,
     TrialsOpt,
     console,
     open_storage,
@@ -74,7 +74,7 @@ def tune(
     keep_params: KeepParamsOpt = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     cost_model: CostModelOpt = "tunefarm",
-    no_transfer: NoTransferOpt = False,
+    transfer: TransferOpt = False,
 ) -> None:
     """Tune MODEL's kernels on Ray workers and store the best schedules in the database."""
     from tuner.buckets import choose_buckets, parse_shape_options
@@ -91,7 +91,7 @@ def tune(
         job_name=job,
         measure=MeasureConfig(min_repeat_ms=min_repeat_ms),
         cost_model=cost_model,
-        transfer=not no_transfer,
+        transfer=transfer,
     )
     tgt = resolve_target(target, arch)
     loaded = load_model(model, entry, keep_params=keep_params)

@@ -34,11 +34,11 @@ from tuner.cli_common import (
     KeepParamsOpt,
     MinRepeatOpt,
     ModelArg,
-    NoTransferOpt,
     PerIterOpt,
     SeedOpt,
     ShapeOpt,
     TargetOpt,
+    TransferOpt,
     TrialsOpt,
     console,
     err_console,
@@ -189,7 +189,7 @@ def submit(
     entry: EntryOpt = "Module",
     keep_params: KeepParamsOpt = False,
     cost_model: CostModelOpt = "tunefarm",
-    no_transfer: NoTransferOpt = False,
+    transfer: TransferOpt = False,
     python: Annotated[
         str, typer.Option(help="Python of TuneFarm's environment on the cluster.")
     ] = "python",
@@ -221,7 +221,7 @@ def submit(
         "--entry": entry,
         "--keep-params": keep_params,
         "--cost-model": cost_model,
-        "--no-transfer": no_transfer,
+        "--transfer": transfer,
     }
     submission_id = f"tunefarm-{name}-{uuid.uuid4().hex[:6]}"
     with tempfile.TemporaryDirectory(prefix="tunefarm-submit-") as work:

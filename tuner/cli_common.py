@@ -81,11 +81,12 @@ ShapeOpt = Annotated[
     list[str] | None,
     typer.Option("--shape", help="Buckets of a symbolic dim: VAR=V1,V2,... (repeatable)."),
 ]
-NoTransferOpt = Annotated[
+TransferOpt = Annotated[
     bool,
     typer.Option(
-        "--no-transfer",
-        help="Do not seed a bucket's search with the best schedules of its other buckets.",
+        "--transfer",
+        help="Seed each bucket's search with the best schedules of the kernel's other buckets "
+        "(tile sizes refitted).",
     ),
 ]
 CostModelOpt = Annotated[

@@ -50,8 +50,8 @@ class TuneConfig:
     cost_model: str = "tunefarm"
     warm_start: bool = True
     # seed each bucket's search with the refitted best schedules of its other buckets
-    # (database.transfer)
-    transfer: bool = True
+    # (database.transfer; opt-in: two benchmark seeds were inconclusive)
+    transfer: bool = False
 
     def __post_init__(self) -> None:
         check_name(self.cost_model)

@@ -17,10 +17,30 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def repo_pythonpath() -> str:
+    """``PYTHONPATH`` with this repository first, so Ray workers import its test helpers."""
+    return os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+
+
+@contextlib.contextmanager
+def repo_on_pythonpath() -> Iterator[None]:
+    """Set :func:`repo_pythonpath` for Ray workers started inside; restore it after."""
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = repo_pythonpath()
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old
 
 
 def free_port() -> int:
@@ -69,13 +89,12 @@ class RayProcesses:
 
     def env(self) -> dict[str, str]:
         """Environment of the cluster's processes (and of clients that should reach it)."""
-        path = os.environ.get("PYTHONPATH")
         return {
             **os.environ,
             "RAY_USAGE_STATS_ENABLED": "0",
             "RAY_AUTH_MODE": "token",
             "RAY_AUTH_TOKEN": self.token,
-            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), path) if p),
+            "PYTHONPATH": repo_pythonpath(),
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         }
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import os
+import contextlib
 import time
-from pathlib import Path
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
@@ -12,32 +13,41 @@ from tvm.s_tir.meta_schedule.builder import BuilderInput
 from tvm.s_tir.meta_schedule.runner import RunnerInput
 
 from tests.conftest import matmul_mod
+from tests.ray_processes import repo_on_pythonpath
 from workers.config import MeasureConfig
-from workers.runner_pool import FaultPolicy, RunnerPool
+from workers.runner_pool import CPU_RESOURCE, FaultPolicy, RunnerPool
 
-ROOT = Path(__file__).resolve().parents[2]
 FAULTS = "tests.workers.faults"
 FAST = MeasureConfig(number=1, repeat=2, min_repeat_ms=5, run_timeout_s=20)
+
+
+@contextlib.contextmanager
+def two_measuring_nodes() -> Iterator[tuple[Any, Any, Any]]:
+    """A head (no CPUs) and two ``tunefarm_cpu`` nodes, connected: (cluster, keep, doomed)."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    with repo_on_pythonpath():
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+        try:
+            keep = cluster.add_node(num_cpus=1, resources={CPU_RESOURCE: 1})
+            doomed = cluster.add_node(num_cpus=1, resources={CPU_RESOURCE: 1})
+            ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
+            cluster.wait_for_nodes()
+            yield cluster, keep, doomed
+        finally:
+            ray.shutdown()
+            cluster.shutdown()
 
 
 @pytest.mark.ray
 @pytest.mark.slow
 def test_node_removed_mid_job_loses_no_candidate(llvm_target) -> None:
     """Two worker nodes build and measure; one is removed while candidates are in flight."""
-    import ray
-    from ray.cluster_utils import Cluster
-
     from workers.ray_pool import Ledger, RayBuilder, RayRunner
-    from workers.runner_pool import CPU_RESOURCE, discover_slots
+    from workers.runner_pool import discover_slots
 
-    old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), old) if p)
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
-    try:
-        keep = cluster.add_node(num_cpus=1, resources={CPU_RESOURCE: 1})
-        doomed = cluster.add_node(num_cpus=1, resources={CPU_RESOURCE: 1})
-        ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
-        cluster.wait_for_nodes()
+    with two_measuring_nodes() as (cluster, keep, doomed):
         slots = discover_slots("cpu", measure_fn=f"{FAULTS}:fake_measure")
         assert {s.node_id for s in slots} == {keep.node_id, doomed.node_id}
 
@@ -71,13 +81,6 @@ def test_node_removed_mid_job_loses_no_candidate(llvm_target) -> None:
             assert [row["node"] for row in runner.pool.stats()] == [keep.node_id]
         finally:
             runner.shutdown()
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-        if old is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = old
 
 
 @pytest.mark.ray
@@ -86,8 +89,6 @@ def test_tune_job_survives_a_node_removed_mid_job(llvm_target, tmp_path) -> None
     """A real tune job on two measuring nodes; one leaves mid-job; the job still finishes."""
     import threading
 
-    import ray
-    from ray.cluster_utils import Cluster
     from sqlalchemy import func, select
 
     from database import Storage
@@ -95,19 +96,11 @@ def test_tune_job_survives_a_node_removed_mid_job(llvm_target, tmp_path) -> None
     from tests.conftest import TINY
     from tuner.job import TuneConfig, tune
     from tuner.model import load_model
-    from workers.runner_pool import CPU_RESOURCE
 
-    old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), old) if p)
     url = f"sqlite:///{tmp_path / 'tf.db'}"
     storage = Storage(url)
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
     removed = threading.Event()
-    try:
-        cluster.add_node(num_cpus=1, resources={CPU_RESOURCE: 1})
-        doomed = cluster.add_node(num_cpus=1, resources={CPU_RESOURCE: 1})
-        ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
-        cluster.wait_for_nodes()
+    with two_measuring_nodes() as (cluster, _keep, doomed):
 
         def remove_when_measuring() -> None:
             deadline = time.time() + 300
@@ -138,10 +131,3 @@ def test_tune_job_survives_a_node_removed_mid_job(llvm_target, tmp_path) -> None
         assert len(rows) >= 12 and summary.trials_measured >= 12
         assert all(r.error_kind != "worker_died" for r in rows), rows  # none lost
         assert all(t.best_sec for t in summary.tasks)
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-        if old is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = old

@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from pathlib import Path
 
 import pytest
 import tvm
@@ -20,13 +19,13 @@ from tvm.s_tir.meta_schedule.runner import RunnerInput
 
 from database import TargetKey
 from tests.conftest import matmul_mod
+from tests.ray_processes import repo_on_pythonpath
 from workers.build import sandboxed_build
 from workers.config import MeasureConfig
 from workers.results import ErrorKind
 from workers.runner_pool import FaultPolicy, RunnerPool, SlotSpec
 from workers.sandbox import Sandbox
 
-ROOT = Path(__file__).resolve().parents[2]
 FAULTS = "tests.workers.faults"
 FAST = MeasureConfig(number=1, repeat=2, min_repeat_ms=5, run_timeout_s=20)
 
@@ -36,18 +35,10 @@ def local_ray():
     """A local Ray whose workers can import this repository's test helpers."""
     import ray
 
-    old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), old) if p)
     from workers.ray_pool import RayConnection
 
-    try:
-        with RayConnection(num_cpus=2):
-            yield ray
-    finally:
-        if old is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = old
+    with repo_on_pythonpath(), RayConnection(num_cpus=2):
+        yield ray
 
 
 def _good(name: str = "good") -> SlotSpec:

@@ -296,12 +296,12 @@ class RunnerPool:
     attempt only once it is the slot's current call; if the actor is killed before, it goes
     back to the queue unharmed.
 
-    ``max_batch > 1`` sends up to that many fresh candidates in one actor call when at least
-    two per healthy slot wait (``DeviceRunner.measure_batch``, still one at a time on the
-    device): fewer calls where measurements are short and runners many. A batch that fails
-    (death, hang, garbage) cannot say which candidate did it, so its candidates go back to the
-    front of the line to be measured alone, with no attempt counted and nobody blamed (a
-    garbage answer still counts against the slot).
+    ``max_batch > 1`` sends up to that many fresh candidates in one actor call, an even share
+    of the queue over the healthy slots' calls in flight (``DeviceRunner.measure_batch``, still
+    one at a time on the device): fewer calls where measurements are short and runners many.
+    A batch that fails (death, hang, garbage) cannot say which candidate did it, so its
+    candidates go back to the front of the line to be measured alone, with no attempt counted
+    and nobody blamed (a garbage answer still counts against the slot).
     """
 
     def __init__(
@@ -528,8 +528,12 @@ class RunnerPool:
             self._note(
                 f"re-queued: {work.future.key} (it waited behind a call on {slot.spec.name})"
             )
+        self._push_front(batch)
+
+    def _push_front(self, works: list[_Work]) -> None:
+        """Back to the front of the line, in their order (before any fresh candidate)."""
         with self._cv:
-            self._queue.extendleft(reversed(batch))
+            self._queue.extendleft(reversed(works))
 
     def _dispatch(self, slot: Slot, batch: list[_Work]) -> None:
         slot.work, slot.state = batch, "busy"
@@ -564,8 +568,7 @@ class RunnerPool:
             work.future.attempts -= 1
             work.future.slots.pop()
             work.alone = True
-        with self._cv:
-            self._queue.extendleft(reversed(batch))
+        self._push_front(batch)
 
     def _collect(self, slot: Slot, value: Any = None) -> None:
         try:
@@ -669,8 +672,7 @@ class RunnerPool:
         if work.future.attempts >= self.policy.max_attempts:
             self._give_up(work)
             return
-        with self._cv:
-            self._queue.appendleft(work)
+        self._push_front([work])
 
     def _give_up(self, work: _Work) -> None:
         """Final answer for a candidate no slot could measure (suspects are forgiven)."""
@@ -696,8 +698,7 @@ class RunnerPool:
             )
             return
         work.artifact = work.rebuild()
-        with self._cv:
-            self._queue.appendleft(work)
+        self._push_front([work])
 
     def _kill(self, slot: Slot) -> None:
         self._unqueue_ahead(slot)

@@ -27,6 +27,7 @@ from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord, Workload
 from database.models import JobRow, RecordRow, WorkloadRow
 from database.storage import Storage
 from database.targets import TargetKey
+from database.transfer import adapt_trace, bucket_distance
 
 # Lookup levels, most specific first: the same device (fingerprint) and target, the same
 # target, the same target kind and architecture, the same target kind. Never across kinds.
@@ -384,8 +385,6 @@ class TuneFarmDatabase(PyDatabase):
     def _sibling_seeds(self, wid: int, mod: IRModule) -> list[Any]:
         """The best traces of the nearest other buckets of ``wid``'s family, refitted to
         ``mod`` (one query per call; each trace is adapted once per database object)."""
-        from database.transfer import adapt_trace, bucket_distance
-
         assert self.scope is not None
 
         def load(session: Session) -> tuple[Any, list[tuple[Any, ...]]]:
@@ -396,7 +395,6 @@ class TuneFarmDatabase(PyDatabase):
                 select(
                     RecordRow.workload_id,
                     RecordRow.trace_json,
-                    RecordRow.args_info_json,
                     func.row_number()
                     .over(partition_by=RecordRow.workload_id, order_by=RecordRow.mean_sec)
                     .label("rank"),
@@ -429,7 +427,7 @@ class TuneFarmDatabase(PyDatabase):
                 if key not in self._adapted:
                     if mod_json not in mods:
                         mods[mod_json] = tvm.ir.load_json(mod_json)
-                    self._adapted[key] = _adapt(trace_json, mods[mod_json], mod, adapt_trace)
+                    self._adapted[key] = _adapt(trace_json, mods[mod_json], mod)
                 if self._adapted[key] is not None:
                     out.append(self._adapted[key])
         return out
@@ -587,7 +585,7 @@ class TuneFarmDatabase(PyDatabase):
         self.storage.run(update)
 
 
-def _adapt(trace_json: str, sibling: IRModule, mod: IRModule, adapt: Any) -> Any:
+def _adapt(trace_json: str, sibling: IRModule, mod: IRModule) -> Any:
     """Parse a sibling's trace against its own module, then refit it to ``mod``."""
     try:
         trace = TuningRecord.from_json(
@@ -595,7 +593,7 @@ def _adapt(trace_json: str, sibling: IRModule, mod: IRModule, adapt: Any) -> Any
         ).trace
     except Exception:
         return None
-    return adapt(trace, mod)
+    return adapt_trace(trace, mod)
 
 
 def candidate_hash_of_trace(trace: tvm.s_tir.Trace, mod: IRModule) -> str:

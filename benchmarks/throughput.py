@@ -1,15 +1,17 @@
 """Throughput of the worker pool: real builds per second vs builders, dispatch overhead, scaling.
 
-1. Builds: N distinct small matmul candidates built by RayBuilder on a local
-   ``ray.cluster_utils.Cluster`` with 1, then 2 builder nodes (1 CPU each); after a warm-up
-   round (each worker's build child imports TVM once), candidates per second (median of 3).
+1. Builds: N distinct matmul candidates (64 by default: a tune job's iteration) built by
+   RayBuilder on the embedded default, a local Ray with 1, then 2 CPUs (one build task per
+   CPU); after a warm-up round (each worker's build child imports TVM once), candidates per
+   second, median of the rounds, 1 and 2 builders interleaved.
 2. Dispatch: the RunnerPool with synthetic runners that sleep a fixed time. Overhead per
    candidate = wall time per candidate through one runner that does not sleep; efficiency at
    W runners = (N x sleep / W) / wall; utilization = time the runners spent in measurements
    (the sleeps as they really lasted) / (W x wall): the share of device time the pool keeps busy.
 
-Usage: ``python -m benchmarks throughput [--builds 12] [--workers 1 4 16 64] [--sleep-ms 50]
-[--in-flight 2] [--max-batch 1 4]`` (each ``--max-batch`` value is one scaling series).
+Usage: ``python -m benchmarks throughput [--builds 64] [--build-rounds 3] [--workers 1 4 16 64]
+[--sleep-ms 50] [--in-flight 2] [--max-batch 1 4]`` (each ``--max-batch`` value is one
+scaling series).
 Results go to ``benchmarks/results/<date>-throughput.json``.
 """
 
@@ -100,42 +102,55 @@ def cpu_ceiling(procs: int = 2) -> dict[str, Any]:
     }
 
 
-def builds_per_second(builders: int, n: int, repeats: int = 3) -> dict[str, Any]:
+def builds_per_second(builders: int, n: int, offset: int) -> dict[str, Any]:
+    """Candidates per second of ``RayBuilder`` on the embedded default (a local Ray with
+    ``builders`` CPUs: one build task per CPU), over ``n`` distinct candidates after a warm-up
+    round in which each worker's build child imports TVM once."""
     import ray
-    from ray.cluster_utils import Cluster
     from tvm.s_tir.meta_schedule.builder import BuilderInput
 
     from tuner.targets import resolve_target
     from workers.config import MeasureConfig
-    from workers.ray_pool import Ledger, RayBuilder
+    from workers.ray_pool import Ledger, RayBuilder, RayConnection
 
     target = resolve_target("llvm")
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
-    try:
-        for _ in range(builders):
-            cluster.add_node(num_cpus=1)
-        ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
-        cluster.wait_for_nodes()
+    with RayConnection(num_cpus=builders):
+        ray.get([])
         builder = RayBuilder(Ledger(), MeasureConfig())
-        builder.build([BuilderInput(m, target) for m in _mods(2 * builders, offset=100)])
-        walls = []
-        for rep in range(repeats):  # distinct modules each time: nothing is cached
-            batch = [BuilderInput(m, target) for m in _mods(n, offset=200 + rep * n)]
-            start = time.perf_counter()
-            results = builder.build(batch)
-            walls.append(time.perf_counter() - start)
-            assert all(r.error_msg is None for r in results), [r.error_msg for r in results]
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-    wall = sorted(walls)[len(walls) // 2]
-    return {
-        "builders": builders,
-        "candidates": n,
-        "walls_s": walls,
-        "wall_s": wall,
-        "per_s": n / wall,
-    }
+        builder.build([BuilderInput(m, target) for m in _mods(2 * builders, offset=10_000)])
+        batch = [BuilderInput(m, target) for m in _mods(n, offset=offset)]
+        start = time.perf_counter()
+        results = builder.build(batch)
+        wall = time.perf_counter() - start
+    assert all(r.error_msg is None for r in results), [r.error_msg for r in results]
+    return {"builders": builders, "candidates": n, "wall_s": wall, "per_s": n / wall}
+
+
+def build_scaling(builders: list[int], n: int, rounds: int) -> list[dict[str, Any]]:
+    """Each builder count ``rounds`` times, interleaved (1, 2, 1, 2, ...) so that drift in
+    the machine's speed hits every count alike; the median round per count. Every round
+    builds modules no earlier round built (nothing cached)."""
+    runs: dict[int, list[dict[str, Any]]] = {b: [] for b in builders}
+    offset = 0
+    for _ in range(rounds):
+        for b in builders:
+            runs[b].append(builds_per_second(b, n, offset))
+            offset += n
+    out = []
+    for b in builders:
+        rows = sorted(runs[b], key=lambda r: r["per_s"])
+        mid = rows[len(rows) // 2]
+        out.append(
+            {
+                "builders": b,
+                "candidates": n,
+                "rounds": rounds,
+                "per_s_each": [round(r["per_s"], 3) for r in runs[b]],
+                "wall_s": mid["wall_s"],
+                "per_s": mid["per_s"],
+            }
+        )
+    return out
 
 
 def dispatch(
@@ -204,7 +219,10 @@ def dispatch(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks throughput", description=__doc__)
-    parser.add_argument("--builds", type=int, default=12, help="candidates per build run")
+    parser.add_argument(
+        "--builds", type=int, default=64, help="candidates per build round (a job's iteration)"
+    )
+    parser.add_argument("--build-rounds", type=int, default=3, help="rounds per builder count")
     parser.add_argument("--builders", type=int, nargs="*", default=[1, 2])
     parser.add_argument("--workers", type=int, nargs="*", default=[1, 4, 16, 64])
     parser.add_argument("--sleep-ms", type=float, default=50.0)
@@ -221,10 +239,12 @@ def main(argv: list[str] | None = None) -> int:
     from workers.fingerprint import cpu_fingerprint
 
     report: dict[str, Any] = {"host": cpu_fingerprint(), "builds": []}
-    for b in args.builders:
-        row = builds_per_second(b, args.builds)
+    for row in build_scaling(args.builders, args.builds, args.build_rounds):
         report["builds"].append(row)
-        print(f"{b} builder(s): {row['per_s']:.2f} candidates/s ({row['wall_s']:.1f} s)")
+        print(
+            f"{row['builders']} builder(s): {row['per_s']:.2f} candidates/s "
+            f"(median of {row['per_s_each']})"
+        )
     if len(report["builds"]) >= 2:
         report["build_speedup"] = report["builds"][-1]["per_s"] / report["builds"][0]["per_s"]
         ceiling = cpu_ceiling(report["builds"][-1]["builders"])

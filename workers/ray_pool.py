@@ -11,6 +11,7 @@ device, worker) for the job's recorder.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import logging
@@ -40,6 +41,7 @@ from workers.runner_pool import (
     DeviceRunner,
     FaultPolicy,
     PoolFuture,
+    QuarantinedSlot,
     RunnerPool,
     SlotSpec,
     discover_slots,
@@ -96,7 +98,20 @@ class RayConnection:
 def _build_task(
     mod_json: str, target_json: str, timeout_s: float, build_fn: str
 ) -> tuple[BuildResult, bytes | None]:
-    return sandboxed_build(mod_json, target_json, timeout_s, build_fn)
+    result, data = sandboxed_build(mod_json, target_json, timeout_s, build_fn)
+    return dataclasses.replace(result, node=ray.get_runtime_context().get_node_id()), data
+
+
+NODE_LABEL = "ray.io/node-id"  # Ray's built-in label of every node
+
+
+def _build_nodes() -> set[str]:
+    """Alive nodes that offer CPUs (where build tasks can run)."""
+    return {
+        n["NodeID"]
+        for n in ray.nodes()
+        if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0
+    }
 
 
 # --------------------------------------------------------------------------- ledger
@@ -155,6 +170,13 @@ class RayBuilder(PyBuilder):
     compiler that hangs or crashes becomes a ``build_timeout``/``build_error`` value. A build
     task lost with its worker or node is retried by Ray (``policy.max_attempts`` in all), and
     an artifact lost with its node before it was measured is rebuilt the same way.
+
+    A build whose compiler crashed or hung is built once more on another node (when there is
+    one). If it builds there, the first node is blamed; a node blamed ``policy.quarantine_after``
+    times with no clean round in between is **quarantined**: no build is sent to it any more
+    (Ray's ``ray.io/node-id`` label selector), and a ``QuarantinedSlot`` marker shows it in
+    ``tunefarm workers``. A candidate that fails on both nodes is its own fault: nobody is
+    blamed and its result is the error.
     """
 
     def __init__(
@@ -172,10 +194,23 @@ class RayBuilder(PyBuilder):
         self.policy = policy or FaultPolicy()
         self.build_fn = build_fn
         self.wait_sec = 0.0  # driver time blocked on builds, for the job's overhead split
+        self.strikes: dict[str, int] = {}  # node id -> blamed builds since its last clean round
+        self.quarantined: dict[str, str] = {}  # node id -> why
+        self.events: list[str] = []  # what happened, for logs and tests
+        self._markers: list[Any] = []  # QuarantinedSlot actors (live as long as the builder)
 
-    def submit(self, mod_json: str, target_json: str) -> tuple[Any, Any]:
-        """One build task: (status ref, artifact ref)."""
-        task = _build_task.options(max_retries=self.policy.max_attempts - 1)
+    def submit(
+        self, mod_json: str, target_json: str, avoid: tuple[str, ...] = ()
+    ) -> tuple[Any, Any]:
+        """One build task, kept off quarantined nodes and ``avoid``: (status ref, artifact ref).
+
+        When no other node with CPUs is left, the task goes wherever Ray puts it (a job must
+        not wait forever for a node that does not exist)."""
+        opts: dict[str, Any] = {"max_retries": self.policy.max_attempts - 1}
+        exclude = sorted(set(avoid) | set(self.quarantined))
+        if exclude and _build_nodes() - set(exclude):
+            opts["label_selector"] = {NODE_LABEL: f"!in({','.join(exclude)})"}
+        task = _build_task.options(**opts)
         return task.remote(mod_json, target_json, self.config.build_timeout_s, self.build_fn)
 
     def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
@@ -183,6 +218,7 @@ class RayBuilder(PyBuilder):
 
         keys: list[str] = []
         pending: dict[Any, str] = {}
+        args_of: dict[str, tuple[str, str]] = {}
         for inp in build_inputs:
             entry = Entry(candidate_hash=shash_of(inp.mod))
             row = (
@@ -200,8 +236,10 @@ class RayBuilder(PyBuilder):
             status_ref, entry.artifact = self.submit(*args)
             entry.rebuild = functools.partial(lambda a: self.submit(*a)[1], args)
             pending[status_ref] = key
+            args_of[key] = args
         start = time.perf_counter()
         self._wait(pending)
+        self._retry_elsewhere(list(pending.values()), args_of)
         self.wait_sec += time.perf_counter() - start
         results = []
         for key in keys:
@@ -209,6 +247,58 @@ class RayBuilder(PyBuilder):
             assert entry is not None and entry.build is not None
             results.append(BuilderResult(key, entry.build.error_msg))
         return results
+
+    def _retry_elsewhere(self, keys: list[str], args_of: dict[str, tuple[str, str]]) -> None:
+        """Build again, on another node, what crashed or hung; blame and quarantine nodes."""
+        blamed: dict[str, int] = {}
+        clean: set[str] = set()
+        retry: dict[Any, str] = {}
+        first: dict[str, str] = {}
+        nodes: set[str] | None = None
+        for key in keys:
+            entry = self.ledger.get(key)
+            build = entry.build if entry is not None else None
+            if build is None or build.node is None:
+                continue
+            if build.ok:
+                clean.add(build.node)
+            elif build.node_suspect and self.policy.max_attempts > 1:
+                nodes = _build_nodes() if nodes is None else nodes
+                if not nodes - {build.node} - set(self.quarantined):
+                    continue  # nowhere else to try
+                status_ref, entry.artifact = self.submit(*args_of[key], avoid=(build.node,))
+                retry[status_ref] = key
+                first[key] = build.node
+        self._wait(retry)
+        for key in retry.values():
+            entry = self.ledger.get(key)
+            build = entry.build if entry is not None else None
+            if build is not None and build.ok:  # built elsewhere: the first node was at fault
+                node = first[key]
+                blamed[node] = blamed.get(node, 0) + 1
+                self._note(f"blamed build node {node[:12]}: {key} built on another node")
+                if build.node:
+                    clean.add(build.node)
+        for node in clean - set(blamed):
+            self.strikes[node] = 0
+        for node, count in blamed.items():
+            self.strikes[node] = self.strikes.get(node, 0) + count
+            if self.strikes[node] >= self.policy.quarantine_after and node not in self.quarantined:
+                self._quarantine(node, f"{self.strikes[node]} builds crashed or hung there")
+
+    def _quarantine(self, node: str, why: str) -> None:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        self.quarantined[node] = why
+        self._note(f"quarantined build node {node[:12]}: {why}")
+        log.warning("build node %s quarantined: %s", node[:12], why)
+        strategy = NodeAffinitySchedulingStrategy(node, soft=True)
+        marker = QuarantinedSlot.options(scheduling_strategy=strategy)
+        self._markers.append(marker.remote(f"builder@{node[:12]}", why))
+
+    def _note(self, event: str) -> None:
+        self.events.append(event)
+        log.info(event)
 
     def _wait(self, pending: dict[Any, str]) -> None:
         if not pending:

@@ -41,10 +41,21 @@ class BuildResult:
     error_msg: str | None = None
     build_sec: float = 0.0
     worker: str | None = None
+    node: str | None = None  # the Ray node that built it (None when unknown)
 
     @property
     def ok(self) -> bool:
         return self.error_kind is None
+
+    @property
+    def node_suspect(self) -> bool:
+        """A failure that may be the build node's fault, not the candidate's: the compiler
+        crashed or hung (a plain compile error is the candidate's own)."""
+        if self.error_kind is ErrorKind.BUILD_TIMEOUT:
+            return True
+        return self.error_kind is ErrorKind.BUILD_ERROR and "builder crashed" in (
+            self.error_msg or ""
+        )
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,18 @@ def flaky_build(mod_json: str, target_json: str) -> tuple[BuildResult, bytes | N
     return build_artifact(mod_json, target_json)
 
 
+BROKEN_NODE_ENV = "TUNEFARM_TEST_BROKEN_COMPILER"
+
+
+def broken_node_build(mod_json: str, target_json: str) -> tuple[BuildResult, bytes | None]:
+    """Crashes (SIGSEGV) on a node started with ``BROKEN_NODE_ENV`` set, builds elsewhere."""
+    from workers.build import build_artifact
+
+    if os.environ.get(BROKEN_NODE_ENV):
+        os.kill(os.getpid(), signal.SIGSEGV)
+    return build_artifact(mod_json, target_json)
+
+
 # ----------------------------------------------------------------- runners (in the actor)
 def die_measure(artifact: bytes, args_info: list, device: str, config: MeasureConfig) -> Any:
     os._exit(3)

@@ -78,7 +78,7 @@ _SPIN = (
 )
 
 
-def cpu_ceiling(procs: int = 2) -> dict[str, Any]:
+def cpu_ceiling(procs: int = 2, rounds: int = 5) -> dict[str, Any]:
     """How much ``procs`` CPU-bound processes at once get done vs one alone on this machine:
     the most any parallel speedup can be here (vCPUs that are SMT siblings or shared with
     other guests give less than ``procs``)."""
@@ -92,13 +92,14 @@ def cpu_ceiling(procs: int = 2) -> dict[str, Any]:
         ]
         return max(float(p.communicate()[0]) for p in ps)
 
-    alone = statistics.median(run(1) for _ in range(3))
-    together = statistics.median(run(procs) for _ in range(3))
+    pairs = [(run(1), run(procs)) for _ in range(rounds)]  # interleaved, like the builds
+    speedups = sorted(procs * alone / together for alone, together in pairs)
     return {
         "procs": procs,
-        "alone_s": alone,
-        "together_s": together,
-        "speedup": procs * alone / together,
+        "alone_s": statistics.median(a for a, _ in pairs),
+        "together_s": statistics.median(t for _, t in pairs),
+        "speedup": statistics.median(speedups),
+        "speedups": [round(x, 3) for x in speedups],
     }
 
 

@@ -21,6 +21,7 @@ from tvm.s_tir import meta_schedule as ms
 from database import Storage, TargetKey
 from database.models import RecordRow, WorkloadRow
 from tuner.cost_model.features import (
+    WIDTH,
     extractor,
     featurize,
     replay_candidates,
@@ -182,9 +183,8 @@ def load_dataset(
     if skipped:
         log.info("cost model: %d stored traces did not replay and were left out", skipped)
     order = np.argsort(np.asarray(ids, dtype=np.int64), kind="stable")
-    width = 3 * 164 + 1 + 6
     return Dataset(
-        x=np.asarray(xs, dtype=np.float32).reshape(-1, width)[order],
+        x=np.asarray(xs, dtype=np.float32).reshape(-1, WIDTH)[order],
         secs=np.asarray(secs, dtype=np.float64)[order],
         group=np.asarray(groups, dtype=np.int64)[order],
         record_id=np.asarray(ids, dtype=np.int64)[order],

@@ -2,8 +2,10 @@
 
 A candidate has one per-store feature row per buffer store (164 numbers each, already
 log-scaled by MetaSchedule). XGBoost's ranking objectives need one row per candidate, so the
-rows are pooled (sum, mean, max, and the store count); the shape features of the workload
-(FLOPs, buffer sizes, the shape bucket) are appended so one model serves every bucket.
+rows are pooled (sum, mean, max, and the store count). The same pooled row minus that of the
+workload's *unscheduled* module follows (what the schedule changed, on a scale that transfers
+between buckets and kernels better than absolute counts), then the shape features of the
+workload (FLOPs, buffer sizes, the shape bucket) so one model serves every bucket.
 
 Features of stored records are recomputed by replaying their trace on the workload's module
 (TVM's JSON forms, never pickles), so a model can be trained from any TuneFarm database.
@@ -23,8 +25,10 @@ from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
 
 # Bump when the feature layout changes: snapshots of another version are not loaded.
-FEATURE_VERSION = 1
+FEATURE_VERSION = 2
+N_POOLED = 3 * 164 + 1
 N_SHAPE = 6
+WIDTH = 2 * N_POOLED + N_SHAPE  # pooled, pooled minus the unscheduled module's, shape
 
 
 def extractor() -> PerStoreFeature:
@@ -76,8 +80,21 @@ def shape_features(mod: tvm.IRModule, bucket: Mapping[str, int] | None) -> np.nd
 class CandidateFeatures:
     """Features of a batch of candidates of one workload."""
 
-    pooled: np.ndarray  # [n, 3 * 164 + 1 + N_SHAPE]: what our model reads
+    pooled: np.ndarray  # [n, WIDTH]: what our model reads
     per_store: list[np.ndarray]  # [stores, 164] each: what stock XGBModel reads
+
+
+def reference(context: ms.TuneContext, fx: PerStoreFeature | None = None) -> np.ndarray:
+    """Pooled features of the workload's unscheduled module (zeros if they cannot be
+    extracted): the fixed point each candidate of the workload is compared with."""
+    fx = fx or extractor()
+    try:
+        mod = context.mod
+        args = ms.arg_info.ArgInfo.from_prim_func(mod["main"])
+        cand = ms.MeasureCandidate(tvm.s_tir.Schedule(mod), args)
+        return pool(fx.extract_from(context, [cand])[0].numpy())
+    except Exception:  # a workload the extractor cannot read unscheduled: no reference
+        return np.zeros(N_POOLED, dtype=np.float32)
 
 
 def featurize(
@@ -85,14 +102,18 @@ def featurize(
     candidates: Sequence[ms.MeasureCandidate],
     shape: np.ndarray,
     fx: PerStoreFeature | None = None,
+    ref: np.ndarray | None = None,
 ) -> CandidateFeatures:
-    """Features of ``candidates`` of the task in ``context``; ``shape`` from shape_features."""
+    """Features of ``candidates`` of the task in ``context``; ``shape`` from shape_features,
+    ``ref`` from :func:`reference` (computed here when not given)."""
     fx = fx or extractor()
+    ref = reference(context, fx) if ref is None else ref
     per_store = [t.numpy().astype(np.float32) for t in fx.extract_from(context, list(candidates))]
+    rows = [pool(p) for p in per_store]
     pooled = (
-        np.stack([np.concatenate([pool(p), shape]) for p in per_store])
-        if per_store
-        else (np.zeros((0, 3 * 164 + 1 + N_SHAPE), dtype=np.float32))
+        np.stack([np.concatenate([r, r - ref, shape]) for r in rows])
+        if rows
+        else np.zeros((0, WIDTH), dtype=np.float32)
     )
     return CandidateFeatures(pooled=pooled.astype(np.float32), per_store=per_store)
 

@@ -21,7 +21,7 @@ from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 from tvm.s_tir.meta_schedule.runner import RunnerResult
 
 from database import shash_of
-from tuner.cost_model.features import extractor, featurize, shape_features
+from tuner.cost_model.features import extractor, featurize, reference, shape_features
 from tuner.cost_model.ranker import (
     RankerParams,
     fit_ranker,
@@ -70,6 +70,7 @@ class TunefarmModel(PyCostModel):
         self._secs: list[float] = []
         self._keys: list[str] = []
         self._shape: dict[str, np.ndarray] = {}
+        self._ref: dict[str, np.ndarray] = {}  # the unscheduled module's pooled features
         self.ranker: xgb.Booster | None = base
         self.validity: xgb.Booster | None = None
         self.updates = 0
@@ -113,7 +114,9 @@ class TunefarmModel(PyCostModel):
         key = shash_of(context.mod)
         if key not in self._shape:
             self._shape[key] = shape_features(context.mod, self.buckets.get(key))
-        return key, featurize(context, candidates, self._shape[key], self.fx).pooled
+            self._ref[key] = reference(context, self.fx)
+        feats = featurize(context, candidates, self._shape[key], self.fx, self._ref[key])
+        return key, feats.pooled
 
     # ------------------------------------------------------------------ interface
     def load(self, path: str) -> None:

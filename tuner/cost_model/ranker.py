@@ -27,7 +27,7 @@ class RankerParams:
     """XGBoost settings of the ranker; validated at construction."""
 
     eta: float = 0.1
-    max_depth: int = 6
+    max_depth: int = 4
     min_child_weight: float = 1.0
     subsample: float = 1.0
     rounds: int = 150

@@ -87,7 +87,7 @@ def test_cost_models_by_name() -> None:
 def test_features_and_training_on_real_records(dataset) -> None:
     assert len(dataset) >= 40 and dataset.valid.sum() >= 40
     assert len(set(dataset.group.tolist())) == 2  # the n=8 and n=32 workloads
-    assert dataset.x.shape[1] == 3 * 164 + 1 + 6
+    assert dataset.x.shape[1] == 2 * (3 * 164 + 1) + 6
     buckets = {tuple(w.bucket.items()) for w in dataset.workloads.values()}
     assert buckets == {(("n", 8),), (("n", 32),)}
     # the shape features tell the buckets apart

@@ -52,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.cost_model import main as cost_model_main
 
         return cost_model_main(argv[1:])
+    if argv and argv[0] == "cost-model-study":
+        from benchmarks.cost_model_study import main as study_main
+
+        return study_main(argv[1:])
     if argv and argv[0] == "throughput":
         from benchmarks.throughput import main as throughput_main
 

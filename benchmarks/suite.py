@@ -596,7 +596,7 @@ def part_overhead(run: Run) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- others
 def latest_result(pattern: str) -> dict[str, Any] | None:
-    files = sorted(glob.glob(str(RESULTS / pattern)), key=os.path.getmtime)
+    files = sorted(glob.glob(str(RESULTS / pattern)), key=lambda f: (os.path.getmtime(f), f))
     if not files:
         return None
     data = json.loads(Path(files[-1]).read_text())

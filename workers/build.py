@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import tvm
 
-from workers.results import BuildResult, ErrorKind
+from workers.results import BUILDER_CRASHED, BuildResult, ErrorKind
 
 if TYPE_CHECKING:
     from workers.sandbox import Sandbox
@@ -86,7 +86,7 @@ def sandboxed_build(
     out = box.call(build_fn, (mod_json, target_json), timeout_s)
     if isinstance(out, SandboxFailure):
         kind = ErrorKind.BUILD_TIMEOUT if out.timed_out else ErrorKind.BUILD_ERROR
-        detail = out.detail if out.reason != "crashed" else f"builder crashed: {out.detail}"
+        detail = out.detail if out.reason != "crashed" else f"{BUILDER_CRASHED}: {out.detail}"
         return (
             BuildResult(
                 error_kind=kind,

@@ -41,7 +41,6 @@ from workers.runner_pool import (
     DeviceRunner,
     FaultPolicy,
     PoolFuture,
-    QuarantinedSlot,
     RunnerPool,
     SlotSpec,
     discover_slots,
@@ -200,15 +199,20 @@ class RayBuilder(PyBuilder):
         self._markers: list[Any] = []  # QuarantinedSlot actors (live as long as the builder)
 
     def submit(
-        self, mod_json: str, target_json: str, avoid: tuple[str, ...] = ()
+        self,
+        mod_json: str,
+        target_json: str,
+        avoid: tuple[str, ...] = (),
+        nodes: set[str] | None = None,
     ) -> tuple[Any, Any]:
         """One build task, kept off quarantined nodes and ``avoid``: (status ref, artifact ref).
 
         When no other node with CPUs is left, the task goes wherever Ray puts it (a job must
-        not wait forever for a node that does not exist)."""
+        not wait forever for a node that does not exist). ``nodes``: the build nodes, when the
+        caller already asked Ray for them (once per batch, not once per task)."""
         opts: dict[str, Any] = {"max_retries": self.policy.max_attempts - 1}
         exclude = sorted(set(avoid) | set(self.quarantined))
-        if exclude and _build_nodes() - set(exclude):
+        if exclude and (_build_nodes() if nodes is None else nodes) - set(exclude):
             opts["label_selector"] = {NODE_LABEL: f"!in({','.join(exclude)})"}
         task = _build_task.options(**opts)
         return task.remote(mod_json, target_json, self.config.build_timeout_s, self.build_fn)
@@ -219,6 +223,7 @@ class RayBuilder(PyBuilder):
         keys: list[str] = []
         pending: dict[Any, str] = {}
         args_of: dict[str, tuple[str, str]] = {}
+        nodes = _build_nodes() if self.quarantined else None
         for inp in build_inputs:
             entry = Entry(candidate_hash=shash_of(inp.mod))
             row = (
@@ -233,7 +238,7 @@ class RayBuilder(PyBuilder):
             key = self.ledger.add(entry)
             keys.append(key)
             args = (tvm.ir.save_json(inp.mod), TargetKey.of(inp.target).json)
-            status_ref, entry.artifact = self.submit(*args)
+            status_ref, entry.artifact = self.submit(*args, nodes=nodes)
             entry.rebuild = functools.partial(lambda a: self.submit(*a)[1], args)
             pending[status_ref] = key
             args_of[key] = args
@@ -266,7 +271,9 @@ class RayBuilder(PyBuilder):
                 nodes = _build_nodes() if nodes is None else nodes
                 if not nodes - {build.node} - set(self.quarantined):
                     continue  # nowhere else to try
-                status_ref, entry.artifact = self.submit(*args_of[key], avoid=(build.node,))
+                status_ref, entry.artifact = self.submit(
+                    *args_of[key], avoid=(build.node,), nodes=nodes
+                )
                 retry[status_ref] = key
                 first[key] = build.node
         self._wait(retry)
@@ -287,14 +294,11 @@ class RayBuilder(PyBuilder):
                 self._quarantine(node, f"{self.strikes[node]} builds crashed or hung there")
 
     def _quarantine(self, node: str, why: str) -> None:
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
         self.quarantined[node] = why
         self._note(f"quarantined build node {node[:12]}: {why}")
         log.warning("build node %s quarantined: %s", node[:12], why)
-        strategy = NodeAffinitySchedulingStrategy(node, soft=True)
-        marker = QuarantinedSlot.options(scheduling_strategy=strategy)
-        self._markers.append(marker.remote(f"builder@{node[:12]}", why))
+        marker = SlotSpec(f"builder@{node[:12]}", node_id=node).mark_quarantined(why)
+        self._markers.append(marker)
 
     def _note(self, event: str) -> None:
         self.events.append(event)

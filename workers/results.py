@@ -33,6 +33,9 @@ class ErrorKind(str, enum.Enum):
             return ErrorKind.RUN_ERROR
 
 
+BUILDER_CRASHED = "builder crashed"  # how a build error says the compiler process died
+
+
 @dataclass(frozen=True)
 class BuildResult:
     """What a builder reports for one candidate (the artifact travels separately)."""
@@ -53,7 +56,7 @@ class BuildResult:
         crashed or hung (a plain compile error is the candidate's own)."""
         if self.error_kind is ErrorKind.BUILD_TIMEOUT:
             return True
-        return self.error_kind is ErrorKind.BUILD_ERROR and "builder crashed" in (
+        return self.error_kind is ErrorKind.BUILD_ERROR and BUILDER_CRASHED in (
             self.error_msg or ""
         )
 

@@ -22,22 +22,29 @@ FAST = MeasureConfig(number=1, repeat=2, min_repeat_ms=5, run_timeout_s=20)
 
 
 @contextlib.contextmanager
-def two_measuring_nodes() -> Iterator[tuple[Any, Any, Any]]:
-    """A head (no CPUs) and two ``tunefarm_cpu`` nodes, connected: (cluster, keep, doomed)."""
+def ray_cluster(*nodes: dict[str, Any]) -> Iterator[tuple[Any, list[Any]]]:
+    """A head (no CPUs) and one node per ``add_node`` kwargs, connected: (cluster, nodes)."""
     import ray
     from ray.cluster_utils import Cluster
 
     with repo_on_pythonpath():
         cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
         try:
-            keep = cluster.add_node(num_cpus=1, resources={CPU_RESOURCE: 1})
-            doomed = cluster.add_node(num_cpus=1, resources={CPU_RESOURCE: 1})
+            added = [cluster.add_node(**kwargs) for kwargs in nodes]
             ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
             cluster.wait_for_nodes()
-            yield cluster, keep, doomed
+            yield cluster, added
         finally:
             ray.shutdown()
             cluster.shutdown()
+
+
+@contextlib.contextmanager
+def two_measuring_nodes() -> Iterator[tuple[Any, Any, Any]]:
+    """A head (no CPUs) and two ``tunefarm_cpu`` nodes, connected: (cluster, keep, doomed)."""
+    measuring = {"num_cpus": 1, "resources": {CPU_RESOURCE: 1}}
+    with ray_cluster(measuring, measuring) as (cluster, (keep, doomed)):
+        yield cluster, keep, doomed
 
 
 @pytest.mark.ray
@@ -139,53 +146,43 @@ def test_build_node_whose_compiler_crashes_is_quarantined(llvm_target) -> None:
     """One of two build nodes crashes every build: each crash is built again on the other node,
     the broken node is quarantined after ``quarantine_after`` blames and gets no more builds,
     and every candidate ends built."""
-    import ray
-    from ray.cluster_utils import Cluster
     from ray.util.state import list_actors
 
     from tests.workers.faults import BROKEN_NODE_ENV
     from workers.ray_pool import Ledger, RayBuilder
 
-    with repo_on_pythonpath():
-        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
-        try:
-            good = cluster.add_node(num_cpus=1)
-            broken = cluster.add_node(num_cpus=1, env_vars={BROKEN_NODE_ENV: "1"})
-            ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
-            cluster.wait_for_nodes()
-            ledger = Ledger()
-            builder = RayBuilder(
-                ledger,
-                FAST,
-                policy=FaultPolicy(quarantine_after=2),
-                build_fn=f"{FAULTS}:broken_node_build",
-            )
-            for round_ in range(3):  # Ray places the tasks; a round may miss the broken node
-                mods = [matmul_mod(8 + 6 * round_ + i) for i in range(6)]
-                first = builder.build([BuilderInput(m, llvm_target) for m in mods])
-                assert [r.error_msg for r in first] == [None] * 6
-                if builder.quarantined:
-                    break
-            assert set(builder.quarantined) == {broken.node_id}, builder.events
-            assert any("blamed build node" in e for e in builder.events)
-            deadline = time.time() + 60  # the marker actor shows in Ray's state API
-            while True:
-                markers = [
-                    a.name or a.class_name
-                    for a in list_actors(filters=[("class_name", "=", "QuarantinedSlot")])
-                    if a.state == "ALIVE"
-                ]
-                if markers or time.time() > deadline:
-                    break
-                time.sleep(0.5)
-            assert len(markers) == 1, markers
-            # from now on nothing is sent to the broken node: no crash, no retry
-            before = len(builder.events)
-            later = builder.build([BuilderInput(matmul_mod(40 + i), llvm_target) for i in range(4)])
-            assert [r.error_msg for r in later] == [None] * 4
-            nodes = {ledger.get(r.artifact_path).build.node for r in later}
-            assert nodes == {good.node_id}
-            assert builder.events[before:] == []
-        finally:
-            ray.shutdown()
-            cluster.shutdown()
+    broken_env = {"env_vars": {BROKEN_NODE_ENV: "1"}}
+    with ray_cluster({"num_cpus": 1}, {"num_cpus": 1, **broken_env}) as (_, (good, broken)):
+        ledger = Ledger()
+        builder = RayBuilder(
+            ledger,
+            FAST,
+            policy=FaultPolicy(quarantine_after=2),
+            build_fn=f"{FAULTS}:broken_node_build",
+        )
+        for round_ in range(3):  # Ray places the tasks; a round may miss the broken node
+            mods = [matmul_mod(8 + 6 * round_ + i) for i in range(6)]
+            first = builder.build([BuilderInput(m, llvm_target) for m in mods])
+            assert [r.error_msg for r in first] == [None] * 6
+            if builder.quarantined:
+                break
+        assert set(builder.quarantined) == {broken.node_id}, builder.events
+        assert any("blamed build node" in e for e in builder.events)
+        deadline = time.time() + 60  # the marker actor shows in Ray's state API
+        while True:
+            markers = [
+                a.name or a.class_name
+                for a in list_actors(filters=[("class_name", "=", "QuarantinedSlot")])
+                if a.state == "ALIVE"
+            ]
+            if markers or time.time() > deadline:
+                break
+            time.sleep(0.5)
+        assert len(markers) == 1, markers
+        # from now on nothing is sent to the broken node: no crash, no retry
+        before = len(builder.events)
+        later = builder.build([BuilderInput(matmul_mod(40 + i), llvm_target) for i in range(4)])
+        assert [r.error_msg for r in later] == [None] * 4
+        nodes = {ledger.get(r.artifact_path).build.node for r in later}
+        assert nodes == {good.node_id}
+        assert builder.events[before:] == []

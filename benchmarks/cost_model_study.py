@@ -36,7 +36,7 @@ from tuner.cost_model.evaluate import (
     run_split,
 )
 from tuner.cost_model.features import N_POOLED, N_SHAPE
-from tuner.cost_model.ranker import RankerParams, relevance
+from tuner.cost_model.ranker import RankerParams, fit_ranker
 from tuner.targets import resolve_target
 
 Features = Callable[[Dataset], np.ndarray]
@@ -60,31 +60,18 @@ def referenced(ds: Dataset) -> np.ndarray:
 
 
 def ranker(depth: int, colsample: float, features: Features) -> Predictor:
-    """TuneFarm's pairwise ranker (150 rounds, eta 0.1) with these settings and features."""
+    """TuneFarm's pairwise ranker (``fit_ranker``: 150 rounds, eta 0.1) with these settings
+    and features."""
+    params = RankerParams(
+        max_depth=depth,
+        colsample_bytree=colsample,
+        subsample=0.8 if colsample < 1 else 1.0,
+        nthread=2,
+    )
 
     def run(train: Dataset, test: Dataset) -> np.ndarray | None:
-        valid = np.isfinite(train.secs)
-        groups = [
-            g for g in np.unique(train.group[valid]) if (valid & (train.group == g)).sum() > 1
-        ]
-        if not groups:
-            return None
-        idx = np.concatenate([np.flatnonzero(valid & (train.group == g)) for g in groups])
-        rel = relevance(train.secs, train.group)
-        dtrain = xgb.DMatrix(features(train)[idx], label=rel[idx], qid=train.group[idx])
-        params = {
-            "objective": "rank:pairwise",
-            "eta": 0.1,
-            "max_depth": depth,
-            "colsample_bytree": colsample,
-            "subsample": 0.8 if colsample < 1 else 1.0,
-            "tree_method": "hist",
-            "nthread": 2,
-            "seed": 0,
-            "verbosity": 0,
-        }
-        booster = xgb.train(params, dtrain, num_boost_round=150)
-        return booster.predict(xgb.DMatrix(features(test)))
+        booster = fit_ranker(features(train), train.secs, train.group, params)
+        return None if booster is None else booster.predict(xgb.DMatrix(features(test)))
 
     return run
 

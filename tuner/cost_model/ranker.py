@@ -30,6 +30,7 @@ class RankerParams:
     max_depth: int = 4
     min_child_weight: float = 1.0
     subsample: float = 1.0
+    colsample_bytree: float = 1.0
     rounds: int = 150
     online_rounds: int = 40
     nthread: int = 1
@@ -38,6 +39,9 @@ class RankerParams:
     def __post_init__(self) -> None:
         if not 0 < self.eta <= 1:
             raise ValueError(f"eta must be in (0, 1] (got {self.eta})")
+        for name in ("subsample", "colsample_bytree"):
+            if not 0 < getattr(self, name) <= 1:
+                raise ValueError(f"{name} must be in (0, 1] (got {getattr(self, name)})")
         if self.rounds < 1 or self.online_rounds < 1 or self.max_depth < 1:
             raise ValueError("rounds, online_rounds and max_depth must be positive")
 
@@ -48,6 +52,7 @@ class RankerParams:
             "max_depth": self.max_depth,
             "min_child_weight": self.min_child_weight,
             "subsample": self.subsample,
+            "colsample_bytree": self.colsample_bytree,
             "tree_method": "hist",
             "nthread": self.nthread,
             "seed": self.seed,

@@ -232,13 +232,22 @@ def transplant(func: tirx.PrimFunc, trace: tvm.s_tir.Trace, var_name: str) -> Ra
         tiles.append(tile)
     else:
         return None
-    tile = math.lcm(*tiles) if tiles else 1
-    padded = pad_kernel(func, var_name, tile)
-    sch = tvm.s_tir.Schedule(tvm.IRModule({"main": padded}))
-    try:
-        trace.apply_to_schedule(sch, remove_postproc=False)
-    except Exception:  # a trace that does not fit the padded kernel
-        return None
-    if _has_symbolic_vector_loop(sch):
-        return None  # the tuned schedule vectorized or unrolled across the symbolic axis
-    return RangeKernel(func=sch.mod["main"], tile=tile, var_name=var_name)
+    base_tile = math.lcm(*tiles) if tiles else 1
+    first: RangeKernel | None = None
+    # Constant splits of loops fused across the symbolic axis (the postprocessors' parallel
+    # and vectorize splits) divide m * tile only when the tile is a multiple of their factor:
+    # the least multiple of the sampled tiles whose kernel has no predicate is taken.
+    for tile in (base_tile << k for k in range(7)):
+        padded = pad_kernel(func, var_name, tile)
+        sch = tvm.s_tir.Schedule(tvm.IRModule({"main": padded}))
+        try:
+            trace.apply_to_schedule(sch, remove_postproc=False)
+        except Exception:  # a trace that does not fit the padded kernel
+            return None
+        if _has_symbolic_vector_loop(sch):
+            return None  # the tuned schedule vectorized or unrolled across the symbolic axis
+        kernel = RangeKernel(func=sch.mod["main"], tile=tile, var_name=var_name)
+        if "T.where(" not in kernel.func.script():
+            return kernel
+        first = first or kernel
+    return first  # predicated whatever the tile (as the static kernel itself may be)

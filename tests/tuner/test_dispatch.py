@@ -177,3 +177,36 @@ def test_sum_of_products_over_n_gets_a_correct_range_kernel(llvm_target) -> None
         out = tvm.runtime.tensor(np.zeros((padded, 16), "float32"))
         lib["main"](tvm.runtime.tensor(xp), tvm.runtime.tensor(yp), m, out)
         np.testing.assert_allclose(out.numpy()[:value], x @ y, rtol=1e-5, atol=1e-5)
+
+
+def test_transplant_grows_the_tile_until_a_fused_constant_split_divides(llvm_target) -> None:
+    """A tuned split of 64 on a loop fused across the symbolic axis (as the postprocessors'
+    parallel/vectorize splits make) divides ``m * tile * 8`` only for tiles that are multiples
+    of 8: the sampled tile 4 would leave a predicate, so the range kernel takes tile 8."""
+    import numpy as np
+    from tvm import te, tirx
+
+    from tuner.rangekernel import transplant
+
+    def relu(rows: object) -> tvm.IRModule:
+        a = te.placeholder((rows, 8), name="A")
+        b = te.compute((rows, 8), lambda i, j: te.max(a[i, j], 0.0), name="B")
+        return normalize(te.create_prim_func([a, b]))
+
+    static = relu(16)
+    sch = tvm.s_tir.Schedule(static)
+    i, j = sch.get_loops(sch.get_sblock("B"))
+    io, ii = sch.split(i, sch.sample_perfect_tile(i, n=2, decision=[4, 4]))
+    fused = sch.fuse(io, ii, j)
+    outer, _ = sch.split(fused, [None, 64])
+    sch.parallel(outer)
+    rk = transplant(relu(tirx.Var("n", "int64"))["main"], sch.trace, "n")
+    assert rk is not None and rk.tile == 8, rk and rk.tile
+    assert "T.where" not in rk.func.script()
+    lib = tvm.driver.build(tvm.IRModule({"main": rk.func}), target=llvm_target)
+    for value in (1, 5, 16, 23):
+        m = -(-value // rk.tile)
+        x = np.random.default_rng(value).standard_normal((m * rk.tile, 8)).astype("float32")
+        out = tvm.runtime.tensor(np.zeros_like(x))
+        lib["main"](tvm.runtime.tensor(x), m, out)
+        np.testing.assert_allclose(out.numpy(), np.maximum(x, 0))

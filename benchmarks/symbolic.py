@@ -165,12 +165,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks symbolic", description=__doc__)
     parser.add_argument("--trials-per-task", type=int, default=32)
     parser.add_argument("--models", nargs="*", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument(
+        "--db-dir", type=Path, help="keep the tuning databases here (default: a temp dir)"
+    )
     args = parser.parse_args(argv)
     console = Console(width=120)
     tmp = tempfile.TemporaryDirectory(prefix="tunefarm-symbolic-")
+    db_dir = Path(tmp.name)
+    if args.db_dir is not None:
+        args.db_dir.mkdir(parents=True, exist_ok=True)
+        db_dir = args.db_dir
     out: dict[str, Any] = {"machine": cpu_fingerprint(), "models": {}}
     for key in args.models:
-        res = run_model(key, args.trials_per_task, console, f"sqlite:///{tmp.name}/{key}.db")
+        res = run_model(
+            key, args.trials_per_task, console, f"sqlite:///{db_dir.resolve()}/{key}.db"
+        )
         out["models"][key] = res
         table = Table(title=f"{key}: {res['trials_per_task']} trials per bucket task")
         for col in ("value", "bucket?", "untuned", "tuned", "numpy", "speedup", "tuned/numpy"):

@@ -201,13 +201,21 @@ def _compare(outs: list[np.ndarray], expected: list[np.ndarray]) -> tuple[float,
 
 
 def _variants(report: BuildReport, called: list[str]) -> dict[str, str]:
-    out = {}
-    for k in report.kernels:
-        if not k.symbolic:
+    """Which variant of each symbolic kernel ran: a bucket kernel is named after its kernel
+    (``fused_matmul_add_s16``), so a called name belongs to the longest kernel name that
+    prefixes it (``fused_matmul_add_add1_s16`` is a variant of ``fused_matmul_add_add1``,
+    not of ``fused_matmul_add``); a name that is itself a kernel is that kernel's generic
+    variant."""
+    names = {k.name for k in report.kernels}
+    ran: dict[str, str] = {}
+    for c in called:
+        if c in names or "_dispatch" in c:
             continue
-        ran = [c for c in called if c.startswith(k.name + "_") and "_dispatch" not in c]
-        out[k.name] = ran[0][len(k.name) + 1 :] if ran else "generic"
-    return out
+        owners = [n for n in names if c.startswith(n + "_")]
+        if owners:
+            owner = max(owners, key=len)
+            ran.setdefault(owner, c[len(owner) + 1 :])
+    return {k.name: ran.get(k.name, "generic") for k in report.kernels if k.symbolic}
 
 
 def bench(

@@ -2,16 +2,18 @@
 
 Rule (documented in docs/symbolic-shapes.md): for a kernel whose only symbolic variable is
 ``v``, with tuned buckets ``b1 < b2 < ... < bk``, a call with runtime value ``v <= bk`` runs
-the kernel of least estimated time at ``v``: a bucket's range kernel (its measured time per
-row times ``v`` padded to its tile) or the generic kernel (its measured time per row); above
-``bk``, the kernel of least time per row. Kernels that cannot be padded (a reduction over
-``v`` that padding would change), depend on several variables or have no record run the
-generic kernel (default schedule).
+the kernel of least estimated time at ``v``: a bucket's range kernel (its measured time at its
+bucket, scaled by the work at ``v`` padded to its tile) or the generic kernel (its measured
+time, scaled by the work at ``v``); above ``bk``, the kernel of least time per unit of work.
+Work grows as ``v ** d``, ``d`` the number of loop axes over ``v`` in the kernel's busiest
+block (1 for ``x @ W``, 2 for ``q @ k^T`` or softmax over ``s x s`` scores). Kernels that
+cannot be padded (a reduction over ``v`` that no pad value leaves unchanged), depend on
+several variables or have no record run the generic kernel (default schedule).
 
 The dispatch lives in Relax: each call site becomes a call to a private function holding an
 ``if v <= b1 ... elif ... else`` chain; a bucket branch pads the inputs along ``v`` to a
-multiple of the range kernel's tile (zeros), calls the padded kernel (predicate-free) and
-slices the result back to ``v`` rows.
+multiple of the range kernel's tile (with zeros, or -inf where a max or softmax reduces over
+``v``), calls the padded kernel (predicate-free) and slices the result back to ``v`` rows.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from tvm import relax, tirx
 
 from database import TuneFarmDatabase, shash_of
 from tuner.pipeline import normalize
-from tuner.rangekernel import RangeKernel, pads_safely, symbolic_var, transplant
+from tuner.rangekernel import RangeKernel, pad_values, symbolic_var, transplant, work_degree
 
 
 @dataclass(frozen=True)
@@ -49,27 +51,29 @@ class KernelDispatch:
     reason: str | None = None  # why buckets are not used (when empty)
     # (bucket value, measured time of the generic kernel there), where recorded
     generic: tuple[tuple[int, float], ...] = ()
+    degree: int = 1  # work grows as var ** degree
 
     @property
     def intervals(self) -> tuple[tuple[int, BucketKernel | None], ...]:
         """``(upper, kernel)`` pairs: values up to ``upper`` (above the previous upper) run
         ``kernel`` (None: the generic kernel); values above the largest bucket run
         :attr:`above`."""
-        return choose_intervals(self.buckets, self.generic)
+        return choose_intervals(self.buckets, self.generic, self.degree)
 
     @property
     def above(self) -> BucketKernel | None:
         """The kernel for values above the largest bucket (None: the generic kernel).
 
         Range kernels are valid for every value, so the bucket kernel with the least time
-        per row serves there, unless the generic kernel's measured time per row at the
-        largest bucket is lower (padding matters less and less as values grow)."""
+        per unit of work serves there, unless the generic kernel's measured time per unit at
+        the largest bucket is lower (padding matters less and less as values grow)."""
         if not self.buckets:
             return None
-        best = min(self.buckets, key=lambda b: (b.mean_sec / b.value, -b.value))
+        d = self.degree
+        best = min(self.buckets, key=lambda b: (b.mean_sec / b.value**d, -b.value))
         if self.generic:
             value, sec = max(self.generic)
-            if sec / value <= best.mean_sec / best.value:
+            if sec / value**d <= best.mean_sec / best.value**d:
                 return None
         return best
 
@@ -89,16 +93,18 @@ class KernelDispatch:
 
 
 def choose_intervals(
-    buckets: tuple[BucketKernel, ...], generic: tuple[tuple[int, float], ...] = ()
+    buckets: tuple[BucketKernel, ...],
+    generic: tuple[tuple[int, float], ...] = (),
+    degree: int = 1,
 ) -> tuple[tuple[int, BucketKernel | None], ...]:
     """For every value up to the largest bucket, the kernel with the least estimated time.
 
-    A bucket kernel costs its measured time per row at its own bucket times the rows it
-    computes at that value (the value padded to its tile). The generic kernel, where its time
-    at some bucket was recorded (the untuned default is measured by every tune), costs its
-    time per row at the smallest such bucket >= the value, times the value (it pads nothing).
-    Ties go to the smaller bucket, then to a bucket kernel. Consecutive values with the same
-    choice form one interval."""
+    Work at a value ``v`` is ``v ** degree``. A bucket kernel costs its measured time at its
+    own bucket, scaled by the work it does at ``v`` (``v`` padded to its tile). The generic
+    kernel, where its time at some bucket was recorded (the untuned default is measured by
+    every tune), costs its time at the smallest such bucket >= ``v``, scaled by the work at
+    ``v`` (it pads nothing). Ties go to the smaller bucket, then to a bucket kernel.
+    Consecutive values with the same choice form one interval."""
     if not buckets:
         return ()
     generic_at = sorted(generic)
@@ -107,16 +113,16 @@ def choose_intervals(
         if not generic_at:
             return math.inf
         value, sec = next(((b, t) for b, t in generic_at if b >= v), generic_at[-1])
-        return sec / value * v
+        return sec * (v / value) ** degree
+
+    def cost(b: BucketKernel, v: int) -> float:
+        return b.mean_sec * (-(-v // b.tile) * b.tile / b.value) ** degree
 
     out: list[tuple[int, BucketKernel | None]] = []
     for v in range(1, max(b.value for b in buckets) + 1):
-        best: BucketKernel | None = min(
-            buckets,
-            key=lambda b: (b.mean_sec / b.value * -(-v // b.tile) * b.tile, b.value),
-        )
+        best: BucketKernel | None = min(buckets, key=lambda b: (cost(b, v), b.value))
         assert best is not None
-        if generic_cost(v) < best.mean_sec / best.value * -(-v // best.tile) * best.tile:
+        if generic_cost(v) < cost(best, v):
             best = None
         if out and out[-1][1] is best:
             out[-1] = (v, best)
@@ -129,6 +135,7 @@ def choose_intervals(
 class _Plan:
     dispatch: KernelDispatch
     kernels: list[tuple[BucketKernel, tirx.PrimFunc]] = field(default_factory=list)
+    pads: tuple[float, ...] = ()  # per kernel input: the value its padding holds
 
 
 def _plan(name: str, func: tirx.PrimFunc, target: Any, db: TuneFarmDatabase) -> _Plan:
@@ -140,9 +147,11 @@ def _plan(name: str, func: tirx.PrimFunc, target: Any, db: TuneFarmDatabase) -> 
     usable = [(b, m) for b, m in family if set(b) == {var.name}]
     if not usable:
         return _Plan(KernelDispatch(name, var.name, reason="no bucket records"))
-    if not pads_safely(norm["main"], var.name):
+    pads = pad_values(norm["main"], var.name)
+    if pads is None:
         return _Plan(KernelDispatch(name, var.name, reason=f"reduces over {var.name}"))
-    plan = _Plan(KernelDispatch(name, var.name))
+    inputs = norm["main"].params[:-1]
+    plan = _Plan(KernelDispatch(name, var.name), pads=tuple(pads.get(p.name, 0.0) for p in inputs))
     generic: list[tuple[int, float]] = []
     for bucket, static_mod in sorted(usable, key=lambda x: x[0][var.name]):
         default_sec = db.default_schedule_sec(static_mod, target)
@@ -172,7 +181,11 @@ def _plan(name: str, func: tirx.PrimFunc, target: Any, db: TuneFarmDatabase) -> 
         plan.dispatch = KernelDispatch(name, var.name, reason="no transplantable record")
     else:
         plan.dispatch = KernelDispatch(
-            name, var.name, tuple(k for k, _ in plan.kernels), generic=tuple(generic)
+            name,
+            var.name,
+            tuple(k for k, _ in plan.kernels),
+            generic=tuple(generic),
+            degree=work_degree(norm["main"], var.name),
         )
     return plan
 
@@ -192,11 +205,13 @@ def _branch_function(
     out_sinfo: relax.TensorType,
     kernel_gv: relax.GlobalVar,
     pad_axes: list[list[int]],
+    pads: tuple[float, ...],
     out_axes: list[int],
     extent: Any,
     tile: int,
 ) -> relax.GlobalVar:
-    """A function: pad inputs to a multiple of ``tile``, call the padded kernel, slice."""
+    """A function: pad inputs to a multiple of ``tile`` (input ``i`` with ``pads[i]``), call
+    the padded kernel, slice."""
     fparams = [relax.Var(p.name, p.ty) for p in params]
     m = tirx.floordiv(extent + (tile - 1), tile)
     padded = m * tile
@@ -204,13 +219,22 @@ def _branch_function(
     with fb.function(fname, fparams, private=True):
         with fb.dataflow():
             args = []
-            for p, axes in zip(fparams, pad_axes, strict=True):
+            for p, axes, pad in zip(fparams, pad_axes, pads, strict=True):
                 value: relax.Expr = p
                 for axis in axes if tile > 1 else ():  # tile 1: nothing to pad
-                    shape = list(value.ty.shape.values)
-                    shape[axis] = padded - extent
-                    zeros = fb.emit(relax.op.zeros(relax.ShapeExpr(shape), p.ty.dtype))
-                    value = fb.emit(relax.op.concat([value, zeros], axis=axis))
+                    shape = relax.ShapeExpr(
+                        [
+                            padded - extent if i == axis else d
+                            for i, d in enumerate(value.ty.shape.values)
+                        ]
+                    )
+                    dtype = p.ty.dtype
+                    fill = (
+                        relax.op.zeros(shape, dtype)
+                        if pad == 0
+                        else relax.op.full(shape, relax.const(pad, dtype), dtype)
+                    )
+                    value = fb.emit(relax.op.concat([value, fb.emit(fill)], axis=axis))
                 args.append(value)
             out_shape = list(out_sinfo.shape.values)
             for axis in out_axes:
@@ -304,6 +328,7 @@ def add_dispatch(
                     out_sinfo,
                     kernel_gvs[bk.name],
                     pad_axes,
+                    plan.pads[: len(args)] or (0.0,) * len(args),
                     out_axes,
                     model_var,
                     bk.tile,

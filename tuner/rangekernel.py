@@ -8,14 +8,15 @@ that would put a tail predicate in the innermost loops and block vectorization (
 slower), so the trace is replayed on a *padded* kernel whose extent is ``m * T`` (``m`` a new
 scalar parameter, ``T`` the least common multiple of the tuned inner tiles): every split then
 divides exactly and the inner loops are predicate-free. Callers pad ``n`` up to a multiple of
-``T`` with zeros and slice the result. That is correct when ``n`` is a data-parallel axis of
-every block, or when a block reducing over ``n`` is a sum of products of zero-padded inputs
-(``probs @ V`` in attention: the padded terms are exactly 0). :func:`pads_safely` checks it;
-softmax over ``n`` (max, sum of exp) does not pass and keeps the generic kernel.
+``T`` and slice the result. The pad value of each input is chosen by :func:`pad_values` so that
+no row below ``n`` changes: any value when ``n`` is a data-parallel axis of every block, 0 for a
+sum over ``n`` of products of inputs (``probs @ V`` in attention), -inf for softmax over ``n``
+(the max ignores it, ``exp(-inf - max) = 0`` leaves the sum unchanged).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -49,32 +50,191 @@ def symbolic_var(func: tirx.PrimFunc) -> tirx.Var | None:
     return next(iter(found.values())) if len(found) == 1 else None
 
 
-def pads_safely(func: tirx.PrimFunc, var_name: str) -> bool:
-    """True when zero-padding ``var_name``-sized dims cannot change the rows below ``n``.
+# What is known of a value at padded positions (the abstract domain of :func:`pad_values`).
+ZERO, NEG_INF, POS_INF, REAL, ANY = "0", "-inf", "+inf", "real", "any"
+_NEGATE = {ZERO: ZERO, REAL: REAL, NEG_INF: POS_INF, POS_INF: NEG_INF, ANY: ANY}
+# The element a reduction's padded terms must be, to leave the result unchanged.
+_IDENTITY = {"Add": ZERO, "Max": NEG_INF, "Min": POS_INF}
+# Candidate pad values of an input, in order of preference.
+_PADS = (0.0, float("-inf"), float("inf"))
+_STATE_OF_PAD = {0.0: ZERO, float("-inf"): NEG_INF, float("inf"): POS_INF}
 
-    Every buffer shape must use the variable as a whole dimension, and every block must
-    iterate ``var_name``-sized axes only as data-parallel axes, or reduce over them as a
-    zero-preserving sum (see :func:`_zero_preserving_sum`)."""
+
+def pads_safely(func: tirx.PrimFunc, var_name: str) -> bool:
+    """True when some padding of the inputs along ``var_name`` leaves the rows below ``n``
+    unchanged (see :func:`pad_values`)."""
+    return pad_values(func, var_name) is not None
+
+
+def pad_values(func: tirx.PrimFunc, var_name: str) -> dict[str, float] | None:
+    """Per input buffer, the value to pad ``var_name``-sized dims with so that the rows below
+    ``n`` are unchanged; None when no choice of 0, -inf or +inf does.
+
+    Every buffer shape must use the variable as a whole dimension. Blocks are checked in
+    program order by abstract interpretation: for each axis over ``n`` of each intermediate
+    buffer we know what its elements are where that index is padded (exactly 0, -inf, +inf,
+    some finite value, or anything). A block reducing over ``n`` must see, at padded
+    reduction indices and real output indices, the identity of its combiner: 0 for a sum
+    (``probs @ V`` with zero-padded inputs), -inf for a max; a sum of ``exp(x - max)`` over
+    -inf-padded ``x`` (softmax) sees ``exp(-inf) = 0``. Data-parallel padded rows may hold
+    anything: they are sliced off, unless a later reduction reads them. A block whose
+    arithmetic uses ``n`` itself (a mean divides by it) cannot be padded."""
     for param in func.params:
         for dim in getattr(param, "shape", None) or ():
             if _uses(dim, var_name) and not isinstance(dim, tirx.Var):
-                return False
-    inputs = {p.name for p in func.params[:-1] if getattr(p, "shape", None) is not None}
+                return None
+    padded_inputs = [
+        p.name
+        for p in func.params[:-1]
+        if any(_uses(d, var_name) for d in getattr(p, "shape", None) or ())
+    ]
+    blocks = _blocks_in_order(func)
+    for choice in itertools.product(_PADS, repeat=len(padded_inputs)):
+        pads = dict(zip(padded_inputs, choice, strict=True))
+        if _neutral(blocks, var_name, {k: _STATE_OF_PAD[v] for k, v in pads.items()}):
+            return pads
+    return None
+
+
+def work_degree(func: tirx.PrimFunc, var_name: str) -> int:
+    """How many loop axes over ``var_name`` the busiest block has: the kernel's work grows
+    as ``n ** degree`` (1 for ``x @ W``, 2 for ``q @ k^T`` over ``s x s``)."""
+    return (
+        max(
+            (
+                sum(_uses(iv.dom.extent, var_name) for iv in b.iter_vars)
+                for b in _blocks_in_order(func)
+            ),
+            default=1,
+        )
+        or 1
+    )
+
+
+def _blocks_in_order(func: tirx.PrimFunc) -> list[Any]:
     sch = tvm.s_tir.Schedule(tvm.IRModule({"main": func}))
-    stack = list(sch.get_child_blocks(sch.get_sblock("root")))
-    while stack:
-        block_rv = stack.pop()
-        block = sch.get(block_rv)
-        reduce_vars = []
-        for iv in block.iter_vars:
-            if _uses(iv.dom.extent, var_name) and int(iv.iter_type) != 0:  # 0: data parallel
-                if int(iv.iter_type) != 2:  # 2: commutative reduction
-                    return False
-                reduce_vars.append(iv.var)
-        if reduce_vars and not _zero_preserving_sum(block, reduce_vars, inputs):
+    out: list[Any] = []
+
+    def walk(parent: Any) -> None:
+        for rv in sch.get_child_blocks(parent):
+            out.append(sch.get(rv))
+            walk(rv)
+
+    walk(sch.get_sblock("root"))
+    return out
+
+
+def _neutral(blocks: list[Any], var_name: str, inputs: dict[str, str]) -> bool:
+    """Whether, with the inputs padded as ``inputs`` says, every reduction over the padded
+    axis sees only its combiner's identity there."""
+    axis_state: dict[str, dict[int, str]] = {}  # intermediate -> axis -> state when padded
+    for block in blocks:
+        store = block.body
+        if type(store).__name__ != "BufferStore":
             return False
-        stack.extend(sch.get_child_blocks(block_rv))
+        init = getattr(block.init, "value", None)
+        if _uses(store.value, var_name) or (init is not None and _uses(init, var_name)):
+            return False  # arithmetic on n itself (a mean divides by n): padding changes it
+        v_iters = [iv for iv in block.iter_vars if _uses(iv.dom.extent, var_name)]
+        if not v_iters:
+            continue
+        reduce = [iv.var for iv in v_iters if int(iv.iter_type) != 0]
+        if any(int(iv.iter_type) not in (0, 2) for iv in v_iters):
+            return False  # 0: data parallel, 2: commutative reduction
+        out = store.buffer.name
+        if reduce:
+            combiner = type(store.value).__name__
+            if combiner not in _IDENTITY:
+                return False
+            acc, term = store.value.a, store.value.b
+            if not (_is_load(acc) and _loaded(acc).name == out):
+                acc, term = term, acc
+                if not (_is_load(acc) and _loaded(acc).name == out):
+                    return False
+            for r in reduce:
+                if _state(term, {r.name}, inputs, axis_state) != _IDENTITY[combiner]:
+                    return False
+            axis_state[out] = {}  # padded rows of a reduction: anything
+            continue
+        states: dict[int, str] = {}
+        for axis, index in enumerate(store.indices):
+            padded = {iv.var.name for iv in v_iters if _uses(index, iv.var.name)}
+            if padded:
+                states[axis] = _state(store.value, padded, inputs, axis_state)
+        axis_state[out] = states
     return True
+
+
+def _state(expr: Any, padded: set[str], inputs: dict[str, str], axes: dict[str, Any]) -> str:
+    """What ``expr`` is when the iteration variables in ``padded`` index padding."""
+
+    def rec(e: Any) -> str:
+        return _state(e, padded, inputs, axes)
+
+    def hit(e: Any) -> bool:
+        return any(v.name in padded for v in tirx.analysis.undefined_vars(e))
+
+    if _is_load(expr):
+        name = _loaded(expr).name
+        where = [i for i, idx in enumerate(expr.indices) if hit(idx)]
+        if not where:
+            return REAL
+        if name in inputs:
+            return inputs[name]
+        return axes.get(name, {}).get(where[0], ANY) if len(where) == 1 else ANY
+    kind = type(expr).__name__
+    if kind in ("FloatImm", "IntImm"):
+        value = float(expr.value)
+        return ZERO if value == 0 else {math.inf: POS_INF, -math.inf: NEG_INF}.get(value, REAL)
+    if kind == "Cast":
+        return rec(expr.value)
+    if kind in ("Add", "Sub"):
+        a, b = rec(expr.a), rec(expr.b)
+        if kind == "Sub":
+            b = _NEGATE[b]
+        if b == ZERO:
+            return a
+        if a == ZERO:
+            return b
+        if ANY in (a, b):
+            return ANY
+        if a in (REAL, b):
+            return b  # real + real, real + inf, inf + the same inf
+        return a if b == REAL else ANY  # inf + real; -inf + inf is NaN
+    if kind == "Mul":
+        a, b = rec(expr.a), rec(expr.b)
+        if ZERO in (a, b) and {a, b} <= {ZERO, REAL}:
+            return ZERO
+        return REAL if a == b == REAL else ANY
+    if kind == "Div":
+        a, divisor = rec(expr.a), expr.b
+        if type(divisor).__name__ == "FloatImm" and float(divisor.value) != 0:
+            return a if float(divisor.value) > 0 else _NEGATE[a]
+        return REAL if a == rec(divisor) == REAL else ANY
+    if kind in ("Max", "Min"):
+        a, b = rec(expr.a), rec(expr.b)
+        drop = NEG_INF if kind == "Max" else POS_INF
+        if a == drop:
+            return b
+        if b == drop:
+            return a
+        return REAL if {a, b} <= {REAL, ZERO} else ANY
+    if kind == "Call" and getattr(expr.op, "name", "") == "tirx.exp":
+        return {NEG_INF: ZERO, ZERO: REAL, REAL: REAL}.get(rec(expr.args[0]), ANY)
+    # anything else (other intrinsics, selects, index arithmetic): finite where its inputs
+    # are, unknown where it reads padding
+    return ANY if any(rec(c) not in (REAL, ZERO) for c in _operands(expr)) else REAL
+
+
+def _operands(expr: Any) -> list[Any]:
+    """The operand expressions of a TIR expression (its arguments, branches, sides)."""
+    out: list[Any] = []
+    for field in ("a", "b", "value", "condition", "true_value", "false_value"):
+        child = getattr(expr, field, None)
+        if isinstance(child, tvm.ir.expr.Expr):
+            out.append(child)
+    out.extend(a for a in getattr(expr, "args", None) or () if isinstance(a, tvm.ir.expr.Expr))
+    return out
 
 
 def _is_load(expr: Any) -> bool:
@@ -84,45 +244,6 @@ def _is_load(expr: Any) -> bool:
 
 def _loaded(expr: Any) -> Any:
     return expr.source if hasattr(expr, "source") else expr.buffer
-
-
-def _zero_preserving_sum(block: Any, reduce_vars: list[Any], inputs: set[str]) -> bool:
-    """``C = C + a * b * ...`` from init 0, where every factor is a load of a kernel input
-    (which the dispatch zero-pads) and some factor is indexed by the padded reduction axis:
-    every term past ``n`` is then exactly 0 and the sum is unchanged."""
-    init, body = block.init, block.body
-    if type(init).__name__ != "BufferStore" or type(body).__name__ != "BufferStore":
-        return False
-    zero = init.value.value if isinstance(init.value, tirx.Cast) else init.value
-    if not isinstance(zero, (tirx.FloatImm, tirx.IntImm)) or float(zero.value) != 0.0:
-        return False
-    value = body.value
-    if not isinstance(value, tirx.Add):
-        return False
-    acc, term = value.a, value.b
-    if not (_is_load(acc) and _loaded(acc).same_as(body.buffer)):
-        acc, term = value.b, value.a
-        if not (_is_load(acc) and _loaded(acc).same_as(body.buffer)):
-            return False
-    factors: list[Any] = []
-
-    def collect(expr: Any) -> bool:
-        if isinstance(expr, tirx.Mul):
-            return collect(expr.a) and collect(expr.b)
-        if isinstance(expr, tirx.Cast):
-            return collect(expr.value)
-        if _is_load(expr):
-            factors.append(expr)
-            return True
-        return False
-
-    if not collect(term) or any(_loaded(f).name not in inputs for f in factors):
-        return False
-    names = {v.name for v in reduce_vars}
-    return any(
-        any(v.name in names for idx in f.indices for v in tirx.analysis.undefined_vars(idx))
-        for f in factors
-    )
 
 
 def pad_kernel(func: tirx.PrimFunc, var_name: str, tile: int) -> tirx.PrimFunc:

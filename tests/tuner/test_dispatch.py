@@ -13,16 +13,44 @@ from tuner.dispatch import BucketKernel, add_dispatch, choose_intervals
 from tuner.errors import TuneFarmError
 from tuner.model import load_model
 from tuner.pipeline import normalize, prepare
-from tuner.rangekernel import pad_kernel, pads_safely, symbolic_var
+from tuner.rangekernel import pad_kernel, pad_values, symbolic_var, work_degree
 
 MODEL = DATA / "dyn_kernels.py"
 
 
-def test_pads_safely_unless_padding_changes_a_reduction(llvm_target) -> None:
+def test_pad_values_leave_every_reduction_unchanged(llvm_target) -> None:
     prepared = prepare(load_model(MODEL).mod, llvm_target)
-    assert pads_safely(normalize(prepared["fused_matmul_add_relu"])["main"], "n")
-    assert pads_safely(normalize(prepared["matmul1"])["main"], "n")  # n x n, both spatial
-    assert not pads_safely(normalize(prepared["softmax"])["main"], "n")  # softmax over n
+
+    def pads(name: str) -> dict[str, float] | None:
+        return pad_values(normalize(prepared[name])["main"], "n")
+
+    assert pads("fused_matmul_add_relu") == {"x": 0.0}  # n only data parallel
+    assert pads("matmul1") == {"h": 0.0, "lv4": 0.0}  # n x n, both spatial
+    # softmax over n: the max ignores -inf, exp(-inf - max) = 0 leaves the sum unchanged
+    assert pads("softmax") == {"h": float("-inf")}
+    assert work_degree(normalize(prepared["fused_matmul_add_relu"])["main"], "n") == 1
+    assert work_degree(normalize(prepared["matmul1"])["main"], "n") == 2
+
+
+def test_pad_values_of_reductions_over_n() -> None:
+    from tvm import te, tirx
+
+    n = tirx.Var("n", "int64")
+    a = te.placeholder((n, n), name="A")
+    k = te.reduce_axis((0, n), name="k")
+    inf = float("inf")
+    cases = [
+        (lambda i: te.sum(a[i, k] * a[i, k], axis=k), {"A": 0.0}),
+        (lambda i: te.sum(te.exp(a[i, k]), axis=k), {"A": -inf}),  # exp(-inf) = 0
+        (lambda i: te.max(a[i, k], axis=k), {"A": -inf}),
+        (lambda i: te.min(a[i, k], axis=k), {"A": inf}),
+        (lambda i: te.sum(te.exp(a[i, k]) * a[i, k], axis=k), {"A": 0.0}),  # exp(0) * 0
+        (lambda i: te.sum(a[i, k] + 1.0, axis=k), None),  # no pad value adds nothing
+        (lambda i: te.sum(te.exp(a[i, k]) + a[i, k], axis=k), None),  # 1, -inf, +inf
+    ]
+    for body, expected in cases:
+        out = te.compute((n,), body, name="R")
+        assert pad_values(normalize(te.create_prim_func([a, out]))["main"], "n") == expected
 
 
 def test_pad_kernel_replaces_the_dim_by_a_tile_multiple(llvm_target) -> None:
@@ -66,7 +94,7 @@ def test_correct_for_every_value_and_dispatch_is_observable(dyn_tuned_db, llvm_t
     values = [1, 2, 3, 4, 5, 7, 13, 16, 17, 40]  # n=1, primes, buckets, above the largest
     results = bench(model, llvm_target, db, [{"n": v} for v in values], repeat=1, min_repeat_ms=1)
     for value, res in zip(values, results, strict=True):
-        assert res.agree, (value, res.max_abs_err)  # matmul+bias+relu, softmax over n, n x n
+        assert res.agree, (value, res.max_abs_err)  # matmul+relu, softmax, n x n, mean
         assert res.reference == "numpy"
     # what ran (observed through the VM's instrument) is what the dispatch rule says
     _, plans = add_dispatch(prepare(model.mod, llvm_target), llvm_target, db)
@@ -84,7 +112,7 @@ def test_correct_for_every_value_and_dispatch_is_observable(dyn_tuned_db, llvm_t
             )
             assert ran == expected, (kernel, value, ran, expected)
             observed.add((kernel, ran))
-    assert all(r.kernels["softmax"] == "generic" for r in results)
+    assert all(r.kernels["mean"] == "generic" for r in results)  # divides by n: never padded
     # above the largest bucket a range kernel still serves (when its time per row beats the
     # generic kernel's): range kernels are valid for every value
     top = plans["fused_matmul_add_relu"].above
@@ -117,9 +145,9 @@ def test_range_kernels_are_predicate_free_and_reported(dyn_tuned_db, llvm_target
     assert by_name["fused_matmul_add_relu"].source == "buckets"
     rule = by_name["fused_matmul_add_relu"].dispatch
     assert rule.startswith("n=1") and "above 16: " in rule and ": n" in rule  # a bucket runs
-    assert by_name["softmax"].source == "untuned"
-    assert "reduces over n" in by_name["softmax"].dispatch
-    with pytest.raises(TuneFarmError, match="softmax"):
+    assert by_name["mean"].source == "untuned"
+    assert "reduces over n" in by_name["mean"].dispatch
+    with pytest.raises(TuneFarmError, match="mean"):
         compile(model.mod, llvm_target, db, strict=True)
 
 
@@ -136,22 +164,14 @@ def _pv(n: object) -> tvm.IRModule:
 
 def test_sum_of_products_over_n_gets_a_correct_range_kernel(llvm_target) -> None:
     import numpy as np
-    from tvm import te, tirx
+    from tvm import tirx
 
     from tuner.fastimport import preload_tensor_intrin
     from tuner.rangekernel import transplant
 
     n = tirx.Var("n", "int64")
     sym = _pv(n)["main"]
-    assert pads_safely(sym, "n")
-    a = te.placeholder((n, n), name="A")
-    k = te.reduce_axis((0, n), name="k")
-    for body in (
-        lambda i: te.sum(te.exp(a[i, k]), axis=k),  # exp(0) = 1: padding changes the sum
-        lambda i: te.max(a[i, k], axis=k),  # max with a padded 0
-    ):
-        out = te.compute((n,), body, name="R")
-        assert not pads_safely(normalize(te.create_prim_func([a, out]))["main"], "n")
+    assert pad_values(sym, "n") == {"A": 0.0, "B": 0.0}
 
     preload_tensor_intrin()
     from tvm.s_tir import meta_schedule as ms
@@ -210,3 +230,56 @@ def test_transplant_grows_the_tile_until_a_fused_constant_split_divides(llvm_tar
         out = tvm.runtime.tensor(np.zeros_like(x))
         lib["main"](tvm.runtime.tensor(x), m, out)
         np.testing.assert_allclose(out.numpy(), np.maximum(x, 0))
+
+
+def _softmax(n: object) -> tvm.IRModule:
+    """Softmax over the rows of an ``n x n`` matrix (max, exp, sum, divide)."""
+    from tvm import te
+
+    a = te.placeholder((n, n), name="A")
+    k = te.reduce_axis((0, n), name="k")
+    mx = te.compute((n,), lambda i: te.max(a[i, k], axis=k), name="M")
+    e = te.compute((n, n), lambda i, j: te.exp(a[i, j] - mx[i]), name="E")
+    k2 = te.reduce_axis((0, n), name="k2")
+    total = te.compute((n,), lambda i: te.sum(e[i, k2], axis=k2), name="S")
+    out = te.compute((n, n), lambda i, j: e[i, j] / total[i], name="Y")
+    return normalize(te.create_prim_func([a, out]))
+
+
+def test_softmax_over_n_gets_a_correct_range_kernel(llvm_target) -> None:
+    """Padded with -inf, a softmax range kernel is exact on the rows below n."""
+    import numpy as np
+    from tvm import tirx
+
+    from tuner.fastimport import preload_tensor_intrin
+    from tuner.rangekernel import transplant
+
+    n = tirx.Var("n", "int64")
+    sym = _softmax(n)["main"]
+    assert pad_values(sym, "n") == {"A": float("-inf")}
+    preload_tensor_intrin()
+    static = _softmax(32)
+    sch = tvm.s_tir.Schedule(static)
+    for name in ("M", "S"):  # tile the rows of both reductions (a split over n)
+        block = sch.get_sblock(name)
+        i, _ = sch.get_loops(block)
+        sch.split(i, sch.sample_perfect_tile(i, n=2, decision=[4, 8]))
+    for name in ("E", "Y"):
+        i, j = sch.get_loops(sch.get_sblock(name))
+        _, ji = sch.split(j, sch.sample_perfect_tile(j, n=2, decision=[2, 16]))
+        sch.vectorize(ji)
+    rk = transplant(sym, sch.trace, "n")
+    assert rk is not None and rk.tile == 16 and "T.where" not in rk.func.script()
+    lib = tvm.driver.build(tvm.IRModule({"main": rk.func}), target=llvm_target)
+    rng = np.random.default_rng(0)
+    for value in (1, 5, 16, 23, 40):
+        m = -(-value // rk.tile)
+        padded = m * rk.tile
+        x = rng.standard_normal((value, value)).astype("float32") * 4
+        xp = np.full((padded, padded), -np.inf, "float32")
+        xp[:value, :value] = x
+        out = tvm.runtime.tensor(np.zeros((padded, padded), "float32"))
+        lib["main"](tvm.runtime.tensor(xp), m, out)
+        e = np.exp(x - x.max(axis=1, keepdims=True))
+        expected = e / e.sum(axis=1, keepdims=True)
+        np.testing.assert_allclose(out.numpy()[:value, :value], expected, rtol=1e-5, atol=1e-6)

@@ -141,7 +141,14 @@ def run_model(key: str, trials_per_task: int, console: Console, db_url: str) -> 
         nearest = min(values, key=lambda b: (abs(b - row["value"]), b))
         on = next(p for p in per_value if p["value"] == nearest)
         ratio = (row["value"] / row["tuned_sec"]) / (on["value"] / on["tuned_sec"])
-        off.append({"value": row["value"], "nearest": nearest, "throughput_ratio": ratio})
+        entry = {"value": row["value"], "nearest": nearest, "throughput_ratio": ratio}
+        if row["numpy_sec"] and on["numpy_sec"]:
+            # the same ratio for numpy: how much rows/s a library loses there by itself
+            # (memory-bound small values run fewer rows in about the same time)
+            entry["numpy_throughput_ratio"] = (row["value"] / row["numpy_sec"]) / (
+                on["value"] / on["numpy_sec"]
+            )
+        off.append(entry)
     kernels = range_vs_static(ROOT / path, target, db, buckets)
     big = [p for p in per_value if p["value"] >= 32]
     return {
@@ -202,9 +209,11 @@ def main(argv: list[str] | None = None) -> int:
             f"all outputs agree: {res['all_agree']}"
         )
         for o in res["off_bucket"]:
+            numpy = o.get("numpy_throughput_ratio")
             console.print(
                 f"  off-bucket {o['value']}: {o['throughput_ratio']:.2f}x the rows/s of "
                 f"bucket {o['nearest']}"
+                + (f" (numpy: {numpy:.2f}x)" if numpy is not None else "")
             )
         for k in res["range_vs_static"]:
             console.print(

@@ -32,10 +32,11 @@ from rich.table import Table
 from database import Storage, TuneFarmDatabase
 from tuner.bench import bench, sweep_values
 from tuner.buckets import bucket_tasks, choose_buckets, upper_bounds
-from tuner.compile import apply_database
 from tuner.fastimport import preload_tensor_intrin
 from tuner.job import TuneConfig, tune
 from tuner.model import load_model
+from tuner.pipeline import normalize, prepare
+from tuner.rangekernel import transplant
 from tuner.targets import resolve_target
 from workers.config import MeasureConfig
 from workers.fingerprint import cpu_fingerprint
@@ -72,25 +73,27 @@ def _kernel_args(func: tvm.tirx.PrimFunc, m: int | None) -> list[Any]:
 def range_vs_static(
     model_path: Path, target: Any, db: TuneFarmDatabase, buckets: dict[str, list[int]]
 ) -> list[dict[str, Any]]:
-    """Each range kernel at its bucket value vs the static kernel tuned there (same run)."""
+    """Each range kernel at its bucket value vs the static kernel tuned there (same run).
+
+    Every bucket's range kernel is made here (whether or not the build's dispatch uses it)."""
     preload_tensor_intrin()
     model = load_model(model_path)
-    applied = apply_database(model.mod, target, db)
+    prepared = prepare(model.mod, target)
     rows = []
     static_tasks = {bt.task.name: bt for bt in bucket_tasks(model.mod, target, buckets)}
     for name, bt in static_tasks.items():
         base, (var, value) = name.split("[", 1)[0], next(iter(bt.bucket.items()))
-        range_name = f"{base}_{var}{value}"
-        if range_name not in [gv.name_hint for gv in applied.functions]:
-            continue
         found = db.best(bt.task.mod, target)
-        if found is None:
+        if found is None or base not in [gv.name_hint for gv in prepared.functions]:
+            continue
+        rk = transplant(normalize(prepared[base])["main"], found[0].trace, var)
+        if rk is None:
             continue
         sch = tvm.s_tir.Schedule(bt.task.mod)
         found[0].trace.apply_to_schedule(sch, remove_postproc=False)
         static_func = sch.mod["main"]
-        range_func = applied[range_name]
-        tile = int(range_func.attrs["tunefarm.tile"])
+        range_func = rk.func
+        tile = rk.tile
         m = math.ceil(value / tile)
         static_sec = _time_kernel(static_func, target, _kernel_args(static_func, None))
         range_sec = _time_kernel(range_func, target, _kernel_args(range_func, m))
@@ -111,22 +114,43 @@ def geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
-def run_model(key: str, trials_per_task: int, console: Console, db_url: str) -> dict[str, Any]:
+def _job_wall_sec(storage: Storage) -> float | None:
+    """Wall time of the (single) tune job already in ``storage``."""
+    from sqlalchemy import select
+
+    from database.models import JobRow
+
+    def last(session: Any) -> float | None:
+        job = session.scalars(select(JobRow).order_by(JobRow.id.desc())).first()
+        if job is None or job.finished_at is None:
+            return None
+        return (job.finished_at - job.started_at).total_seconds()
+
+    return storage.run(last, write=False)
+
+
+def run_model(
+    key: str, trials_per_task: int, console: Console, db_url: str, *, skip_tune: bool = False
+) -> dict[str, Any]:
     path, buckets = MODELS[key]
     target = resolve_target("llvm")
     model = load_model(ROOT / path)
     storage = Storage(db_url)
     n_tasks = len(bucket_tasks(model.mod, target, buckets))
     budget = trials_per_task * n_tasks
-    summary = tune(
-        model.mod,
-        target,
-        storage,
-        TuneConfig(trials=budget, seed=0, measure=MeasureConfig(min_repeat_ms=30)),
-        console=console,
-        buckets=buckets,
-        model_name=key,
-    )
+    if skip_tune:
+        wall_sec = _job_wall_sec(storage)
+        console.print(f"{key}: reusing {db_url} (tuned in {wall_sec} s)")
+    else:
+        wall_sec = tune(
+            model.mod,
+            target,
+            storage,
+            TuneConfig(trials=budget, seed=0, measure=MeasureConfig(min_repeat_ms=30)),
+            console=console,
+            buckets=buckets,
+            model_name=key,
+        ).wall_sec
     db = TuneFarmDatabase(storage)
     (var, values) = next(iter(choose_buckets(model.mod, buckets).items()))
     sweep = sweep_values(values, upper_bounds(model.mod).get(var))
@@ -156,7 +180,7 @@ def run_model(key: str, trials_per_task: int, console: Console, db_url: str) -> 
         "buckets": {var: values},
         "trials_per_task": trials_per_task,
         "tasks": n_tasks,
-        "tune_wall_sec": summary.wall_sec,
+        "tune_wall_sec": wall_sec,
         "per_value": per_value,
         "geomean_speedup_vs_untuned": geomean([p["speedup"] for p in per_value]),
         "geomean_vs_numpy": geomean([p["vs_numpy"] for p in per_value if p["vs_numpy"]]),
@@ -175,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--db-dir", type=Path, help="keep the tuning databases here (default: a temp dir)"
     )
+    parser.add_argument(
+        "--skip-tune", action="store_true", help="bench the databases already in --db-dir"
+    )
     args = parser.parse_args(argv)
     console = Console(width=120)
     tmp = tempfile.TemporaryDirectory(prefix="tunefarm-symbolic-")
@@ -182,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.db_dir is not None:
         args.db_dir.mkdir(parents=True, exist_ok=True)
         db_dir = args.db_dir
+    elif args.skip_tune:
+        parser.error("--skip-tune needs --db-dir (the databases of an earlier run)")
     out: dict[str, Any] = {"machine": cpu_fingerprint(), "models": {}}
     for key in args.models:
         res = run_model(
@@ -212,8 +241,7 @@ def main(argv: list[str] | None = None) -> int:
             numpy = o.get("numpy_throughput_ratio")
             console.print(
                 f"  off-bucket {o['value']}: {o['throughput_ratio']:.2f}x the rows/s of "
-                f"bucket {o['nearest']}"
-                + (f" (numpy: {numpy:.2f}x)" if numpy is not None else "")
+                f"bucket {o['nearest']}" + (f" (numpy: {numpy:.2f}x)" if numpy is not None else "")
             )
         for k in res["range_vs_static"]:
             console.print(

@@ -39,6 +39,20 @@ class BucketKernel:
     name: str
     level: str
     mean_sec: float
+    # the kernel tuned at exactly ``value`` (constant shapes), serving values up to ``value``
+    # padded to it; a range kernel (symbolic extents) otherwise
+    static: bool = False
+
+    def cost(self, v: int, degree: int = 1) -> float:
+        """Estimated time at ``v``: the measured time scaled by the work done at ``v`` padded
+        to the tile (a static kernel always does its bucket's work, and only up to it)."""
+        if self.static:
+            return self.mean_sec if v <= self.value else math.inf
+        return self.mean_sec * (-(-v // self.tile) * self.tile / self.value) ** degree
+
+    @property
+    def label(self) -> str:
+        return f"tile {self.tile}" if not self.static else "static"
 
 
 @dataclass(frozen=True)
@@ -70,12 +84,21 @@ class KernelDispatch:
         if not self.buckets:
             return None
         d = self.degree
-        best = min(self.buckets, key=lambda b: (b.mean_sec / b.value**d, -b.value))
+        ranged = [b for b in self.buckets if not b.static]
+        if not ranged:
+            return None
+        best = min(ranged, key=lambda b: (b.mean_sec / b.value**d, -b.value))
         if self.generic:
             value, sec = max(self.generic)
             if sec / value**d <= best.mean_sec / best.value**d:
                 return None
         return best
+
+    @property
+    def used(self) -> tuple[BucketKernel, ...]:
+        """The bucket kernels the rule runs for some value (the others are not built)."""
+        chosen = {bk for _, bk in self.intervals if bk is not None} | {self.above}
+        return tuple(bk for bk in self.buckets if bk in chosen)
 
     def describe(self) -> str:
         if not self.buckets:
@@ -83,13 +106,13 @@ class KernelDispatch:
         lo, parts = 1, []
         for upper, bk in self.intervals:
             span = f"{self.var}={lo}" if lo == upper else f"{self.var}={lo}..{upper}"
-            what = "generic" if bk is None else f"{self.var}{bk.value} (tile {bk.tile})"
+            what = "generic" if bk is None else f"{self.var}{bk.value} ({bk.label})"
             parts.append(f"{span}: {what}")
             lo = upper + 1
         top, above = self.buckets[-1].value, self.above
         if above is None:
             return f"{', '.join(parts)}; generic above {top}"
-        return f"{', '.join(parts)}; above {top}: {self.var}{above.value} (tile {above.tile})"
+        return f"{', '.join(parts)}; above {top}: {self.var}{above.value} ({above.label})"
 
 
 def choose_intervals(
@@ -103,8 +126,11 @@ def choose_intervals(
     own bucket, scaled by the work it does at ``v`` (``v`` padded to its tile). The generic
     kernel, where its time at some bucket was recorded (the untuned default is measured by
     every tune), costs its time at the smallest such bucket >= ``v``, scaled by the work at
-    ``v`` (it pads nothing). Ties go to the smaller bucket, then to a bucket kernel.
-    Consecutive values with the same choice form one interval."""
+    ``v`` (it pads nothing). A static kernel (constant shapes, the very kernel measured at its
+    bucket) serves values up to its bucket padded to it. Ties go to the smaller bucket, then
+    to a static kernel (range kernels index with symbolic strides and divisors, which can cost
+    vectorization), then to a bucket kernel. Consecutive values with the same choice form one
+    interval."""
     if not buckets:
         return ()
     generic_at = sorted(generic)
@@ -115,14 +141,13 @@ def choose_intervals(
         value, sec = next(((b, t) for b, t in generic_at if b >= v), generic_at[-1])
         return sec * (v / value) ** degree
 
-    def cost(b: BucketKernel, v: int) -> float:
-        return b.mean_sec * (-(-v // b.tile) * b.tile / b.value) ** degree
-
     out: list[tuple[int, BucketKernel | None]] = []
     for v in range(1, max(b.value for b in buckets) + 1):
-        best: BucketKernel | None = min(buckets, key=lambda b: (cost(b, v), b.value))
+        best: BucketKernel | None = min(
+            buckets, key=lambda b: (b.cost(v, degree), b.value, not b.static)
+        )
         assert best is not None
-        if generic_cost(v) < cost(best, v):
+        if generic_cost(v) < best.cost(v, degree):
             best = None
         if out and out[-1][1] is best:
             out[-1] = (v, best)
@@ -163,20 +188,27 @@ def _plan(name: str, func: tirx.PrimFunc, target: Any, db: TuneFarmDatabase) -> 
         record, level, mean_sec = found
         if not any(inst.kind.name != "EnterPostproc" for inst in record.trace.insts):
             continue  # the default schedule won: the generic kernel is that schedule already
-        rk: RangeKernel | None = transplant(norm["main"], record.trace, var.name)
-        if rk is None:
-            continue
         value = bucket[var.name]
         kname = f"{name}_{var.name}{value}"
-        # the bucket attribute also keeps identical schedules of two buckets apart, so which
-        # bucket served a call stays observable
-        kernel = (
-            rk.func.without_attr("global_symbol")
-            .with_attr("tirx.is_scheduled", True)
-            .with_attr("tunefarm.bucket", f"{var.name}={value}")
-            .with_attr("tunefarm.tile", rk.tile)
-        )
-        plan.kernels.append((BucketKernel(value, rk.tile, kname, level, mean_sec), kernel))
+
+        def mark(func: tirx.PrimFunc, tile: int, value: int = value) -> tirx.PrimFunc:
+            # the bucket attribute also keeps identical schedules of two buckets apart, so
+            # which bucket served a call stays observable
+            return (
+                func.without_attr("global_symbol")
+                .with_attr("tirx.is_scheduled", True)
+                .with_attr("tunefarm.bucket", f"{var.name}={value}")
+                .with_attr("tunefarm.tile", tile)
+            )
+
+        rk: RangeKernel | None = transplant(norm["main"], record.trace, var.name)
+        if rk is not None:
+            bk = BucketKernel(value, rk.tile, kname, level, mean_sec)
+            plan.kernels.append((bk, mark(rk.func, rk.tile)))
+        static = _replay(record.trace, static_mod)
+        if static is not None:  # the kernel that was measured, for values padded to the bucket
+            bk = BucketKernel(value, value, f"{kname}_static", level, mean_sec, static=True)
+            plan.kernels.append((bk, mark(static, value)))
     if not plan.kernels:
         plan.dispatch = KernelDispatch(name, var.name, reason="no transplantable record")
     else:
@@ -188,6 +220,16 @@ def _plan(name: str, func: tirx.PrimFunc, target: Any, db: TuneFarmDatabase) -> 
             degree=work_degree(norm["main"], var.name),
         )
     return plan
+
+
+def _replay(trace: Any, mod: tvm.IRModule) -> tirx.PrimFunc | None:
+    """``trace`` applied to ``mod`` (None when it does not replay)."""
+    sch = tvm.s_tir.Schedule(mod)
+    try:
+        trace.apply_to_schedule(sch, remove_postproc=False)
+    except Exception:  # a record that no longer replays (another TVM): not used
+        return None
+    return sch.mod["main"]
 
 
 def _model_var(sinfo: relax.TensorType, kernel_shape: list[Any], name: str) -> Any:
@@ -209,12 +251,14 @@ def _branch_function(
     out_axes: list[int],
     extent: Any,
     tile: int,
+    static: bool = False,
 ) -> relax.GlobalVar:
     """A function: pad inputs to a multiple of ``tile`` (input ``i`` with ``pads[i]``), call
-    the padded kernel, slice."""
+    the padded kernel, slice. A static kernel takes inputs padded to exactly ``tile`` (its
+    bucket) and no ``m``."""
     fparams = [relax.Var(p.name, p.ty) for p in params]
     m = tirx.floordiv(extent + (tile - 1), tile)
-    padded = m * tile
+    padded = tirx.IntImm("int64", tile) if static else m * tile
     fb = relax.BlockBuilder()
     with fb.function(fname, fparams, private=True):
         with fb.dataflow():
@@ -229,11 +273,9 @@ def _branch_function(
                         ]
                     )
                     dtype = p.ty.dtype
-                    fill = (
-                        relax.op.zeros(shape, dtype)
-                        if pad == 0
-                        else relax.op.full(shape, relax.const(pad, dtype), dtype)
-                    )
+                    fill = relax.op.zeros(shape, dtype)
+                    if pad != 0:  # 0 + pad (relax.op.full does not legalize in TVM 0.27)
+                        fill = relax.op.add(fill, relax.const(pad, dtype))
                     value = fb.emit(relax.op.concat([value, fb.emit(fill)], axis=axis))
                 args.append(value)
             out_shape = list(out_sinfo.shape.values)
@@ -242,7 +284,7 @@ def _branch_function(
             full = fb.emit(
                 relax.call_tir(
                     kernel_gv,
-                    [*args, relax.prim_value(m)],
+                    args if static else [*args, relax.prim_value(m)],
                     relax.TensorType(out_shape, out_sinfo.dtype),
                 )
             )
@@ -279,7 +321,10 @@ def add_dispatch(
         return prepared, report
     bb = relax.BlockBuilder(prepared)
     kernel_gvs = {
-        bk.name: bb.add_func(func, bk.name) for plan in active.values() for bk, func in plan.kernels
+        bk.name: bb.add_func(func, bk.name)
+        for plan in active.values()
+        for bk, func in plan.kernels
+        if bk in plan.dispatch.used
     }
     counter = [0]
     call_tir = tvm.ir.Op.get("relax.call_tir")
@@ -320,10 +365,10 @@ def add_dispatch(
         params = [relax.Var(f"a{i}", a.ty) for i, a in enumerate(args)]
         branches = [
             (
-                bk.value,
+                bk.name,
                 _branch_function(
                     bb,
-                    f"{tag}_{var_name}{bk.value}",
+                    f"{tag}_{bk.name[len(name) + 1 :]}",
                     params,
                     out_sinfo,
                     kernel_gvs[bk.name],
@@ -332,17 +377,18 @@ def add_dispatch(
                     out_axes,
                     model_var,
                     bk.tile,
+                    bk.static,
                 ),
             )
-            for bk in plan.dispatch.buckets
+            for bk in plan.dispatch.used
         ]
-        by_value = dict(branches)
+        by_name = dict(branches)
         fparams = [relax.Var(p.name, p.ty) for p in params]
         generic = relax.call_tir(call.args[0], fparams, out_sinfo)
         above = plan.dispatch.above
-        body: relax.Expr = generic if above is None else relax.Call(by_value[above.value], fparams)
+        body: relax.Expr = generic if above is None else relax.Call(by_name[above.name], fparams)
         for upper, bk in reversed(plan.dispatch.intervals):
-            chosen = generic if bk is None else relax.Call(by_value[bk.value], fparams)
+            chosen = generic if bk is None else relax.Call(by_name[bk.name], fparams)
             cond = relax.prim_value(model_var <= upper)
             body = relax.If(cond, _seq(chosen, out_sinfo), _seq(body, out_sinfo))
         fb = relax.BlockBuilder()

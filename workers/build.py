@@ -93,6 +93,7 @@ def sandboxed_build(
                 error_msg=kind.message(detail),
                 build_sec=time.perf_counter() - start,
                 worker=worker,
+                crashed=out.reason == "crashed",
             ),
             None,
         )

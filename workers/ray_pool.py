@@ -36,7 +36,7 @@ from tvm.s_tir.meta_schedule.runner import (
 
 from workers.build import DEFAULT_BUILD_FN, sandboxed_build
 from workers.config import MeasureConfig
-from workers.results import BuildResult, ErrorKind, RunResult
+from workers.results import BuildResult, ErrorKind, EventLog, RunResult
 from workers.runner_pool import (
     DeviceRunner,
     FaultPolicy,
@@ -195,7 +195,8 @@ class RayBuilder(PyBuilder):
         self.wait_sec = 0.0  # driver time blocked on builds, for the job's overhead split
         self.strikes: dict[str, int] = {}  # node id -> blamed builds since its last clean round
         self.quarantined: dict[str, str] = {}  # node id -> why
-        self.events: list[str] = []  # what happened, for logs and tests
+        self._log = EventLog(log, logging.INFO)
+        self.events = self._log.events  # what happened, for logs and tests
         self._markers: list[Any] = []  # QuarantinedSlot actors (live as long as the builder)
 
     def submit(
@@ -283,7 +284,7 @@ class RayBuilder(PyBuilder):
             if build is not None and build.ok:  # built elsewhere: the first node was at fault
                 node = first[key]
                 blamed[node] = blamed.get(node, 0) + 1
-                self._note(f"blamed build node {node[:12]}: {key} built on another node")
+                self._log.note(f"blamed build node {node[:12]}: {key} built on another node")
                 if build.node:
                     clean.add(build.node)
         for node in clean - set(blamed):
@@ -295,14 +296,10 @@ class RayBuilder(PyBuilder):
 
     def _quarantine(self, node: str, why: str) -> None:
         self.quarantined[node] = why
-        self._note(f"quarantined build node {node[:12]}: {why}")
+        self._log.note(f"quarantined build node {node[:12]}: {why}")
         log.warning("build node %s quarantined: %s", node[:12], why)
         marker = SlotSpec(f"builder@{node[:12]}", node_id=node).mark_quarantined(why)
         self._markers.append(marker)
-
-    def _note(self, event: str) -> None:
-        self.events.append(event)
-        log.info(event)
 
     def _wait(self, pending: dict[Any, str]) -> None:
         if not pending:

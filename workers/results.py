@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import logging
 from dataclasses import dataclass
 
 
@@ -33,7 +34,20 @@ class ErrorKind(str, enum.Enum):
             return ErrorKind.RUN_ERROR
 
 
-BUILDER_CRASHED = "builder crashed"  # how a build error says the compiler process died
+BUILDER_CRASHED = "builder crashed"  # how a build error's message says the compiler died
+
+
+class EventLog:
+    """What a pool did (quarantines, blames, losses): kept for ``workers``/tests and logged."""
+
+    def __init__(self, logger: logging.Logger, level: int = logging.INFO) -> None:
+        self.events: list[str] = []
+        self._logger = logger
+        self._level = level
+
+    def note(self, event: str) -> None:
+        self.events.append(event)
+        self._logger.log(self._level, "%s", event)
 
 
 @dataclass(frozen=True)
@@ -45,6 +59,7 @@ class BuildResult:
     build_sec: float = 0.0
     worker: str | None = None
     node: str | None = None  # the Ray node that built it (None when unknown)
+    crashed: bool = False  # the compiler process died (a segfault, not a compile error)
 
     @property
     def ok(self) -> bool:
@@ -54,11 +69,7 @@ class BuildResult:
     def node_suspect(self) -> bool:
         """A failure that may be the build node's fault, not the candidate's: the compiler
         crashed or hung (a plain compile error is the candidate's own)."""
-        if self.error_kind is ErrorKind.BUILD_TIMEOUT:
-            return True
-        return self.error_kind is ErrorKind.BUILD_ERROR and BUILDER_CRASHED in (
-            self.error_msg or ""
-        )
+        return self.error_kind is ErrorKind.BUILD_TIMEOUT or self.crashed
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from typing import Any
 import ray
 
 from workers.config import MeasureConfig
-from workers.results import ErrorKind, RunResult
+from workers.results import ErrorKind, EventLog, RunResult
 
 log = logging.getLogger("tunefarm.workers")
 
@@ -328,7 +328,8 @@ class RunnerPool:
         self._cv = threading.Condition()
         self._stop = False
         self._ids = itertools.count()
-        self.events: list[str] = []  # what happened, for logs and tests
+        self._log = EventLog(log, logging.WARNING)
+        self.events = self._log.events  # what happened, for logs and tests
         self._markers: list[Any] = []  # QuarantinedSlot actors, until shutdown
         self._thread = threading.Thread(target=self._loop, name="tunefarm-runners", daemon=True)
         self._thread.start()
@@ -525,7 +526,7 @@ class RunnerPool:
         batch = slot.ahead
         slot.ahead, slot.ahead_ref = [], None
         for work in batch:
-            self._note(
+            self._log.note(
                 f"re-queued: {work.future.key} (it waited behind a call on {slot.spec.name})"
             )
         self._push_front(batch)
@@ -560,7 +561,7 @@ class RunnerPool:
 
     def _split(self, batch: list[_Work], slot: Slot, kind: ErrorKind, detail: str) -> None:
         """A failed batch: nobody knows which candidate did it; each is measured alone."""
-        self._note(
+        self._log.note(
             f"{kind.value}: batch of {len(batch)} on {slot.spec.name}: {detail}; "
             "measuring them one by one"
         )
@@ -588,7 +589,7 @@ class RunnerPool:
                 batch = self._release(slot)
                 self._kill(slot)
                 slot.state = "lost"
-                self._note(f"lost: {slot.spec.name} (its node left the cluster)")
+                self._log.note(f"lost: {slot.spec.name} (its node left the cluster)")
                 if len(batch) > 1:
                     self._split(batch, slot, ErrorKind.WORKER_DIED, detail)
                 else:
@@ -656,14 +657,14 @@ class RunnerPool:
     def _quarantine(self, slot: Slot, why: str) -> None:
         slot.state = "quarantined"
         self._kill(slot)
-        self._note(f"quarantined: {slot.spec.name} after {why}")
+        self._log.note(f"quarantined: {slot.spec.name} after {why}")
         with contextlib.suppress(Exception):
             self._markers.append(slot.spec.mark_quarantined(why))
 
     def _retry(
         self, work: _Work, slot: Slot, kind: ErrorKind, detail: str, blame: str | None
     ) -> None:
-        self._note(f"{kind.value}: {work.future.key} on {slot.spec.name}: {detail}")
+        self._log.note(f"{kind.value}: {work.future.key} on {slot.spec.name}: {detail}")
         work.avoid.add(slot.spec.name)
         work.last = (kind, detail)
         if blame:
@@ -691,7 +692,7 @@ class RunnerPool:
         return next(s for s in self.slots if s.spec.name == name)
 
     def _artifact_lost(self, work: _Work, err: Exception) -> None:
-        self._note(f"artifact lost: {work.future.key}: {_first_line(err)}")
+        self._log.note(f"artifact lost: {work.future.key}: {_first_line(err)}")
         if work.rebuild is None or work.future.attempts >= self.policy.max_attempts:
             work.future._resolve(
                 _err(ErrorKind.WORKER_DIED, f"artifact lost with its node: {_first_line(err)}")
@@ -720,10 +721,6 @@ class RunnerPool:
                     work.future._resolve(_err(ErrorKind.WORKER_DIED, detail))
             if slot.state == "idle":
                 slot.state = "stopped"
-
-    def _note(self, event: str) -> None:
-        log.warning("%s", event)
-        self.events.append(event)
 
 
 _UNFETCHED = object()

@@ -104,11 +104,11 @@ def test_correct_for_every_value_and_dispatch_is_observable(dyn_tuned_db, llvm_t
             above = plans[kernel].above
             expected = next(
                 (
-                    f"n{bk.value}" if bk else "generic"
+                    bk.name[len(kernel) + 1 :] if bk else "generic"
                     for upper, bk in plans[kernel].intervals
                     if value <= upper
                 ),
-                f"n{above.value}" if above else "generic",
+                above.name[len(kernel) + 1 :] if above else "generic",
             )
             assert ran == expected, (kernel, value, ran, expected)
             observed.add((kernel, ran))
@@ -283,3 +283,44 @@ def test_softmax_over_n_gets_a_correct_range_kernel(llvm_target) -> None:
         e = np.exp(x - x.max(axis=1, keepdims=True))
         expected = e / e.sum(axis=1, keepdims=True)
         np.testing.assert_allclose(out.numpy()[:value, :value], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_softmax_bucket_kernel_is_dispatched_with_inf_padding(tmp_path, llvm_target) -> None:
+    """End to end through the Relax dispatch: a record of a tiled softmax at n=16 (stored as a
+    tune would store it) becomes a range kernel and a static kernel, both fed inputs padded
+    with -inf; each runs, observably, where the rule says, and every value matches numpy."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from database import shash_of
+    from tuner.buckets import bucket_tasks
+    from tuner.pipeline import extract_tasks
+
+    model = load_model(DATA / "softmax_n.py")
+    db = TuneFarmDatabase(Storage(f"sqlite:///{tmp_path / 'sm.db'}"), llvm_target)
+    family = {
+        t.name: shash_of(t.mod) for t in extract_tasks(prepare(model.mod, llvm_target), llvm_target)
+    }
+    (bt,) = bucket_tasks(model.mod, llvm_target, {"n": [16]})
+    base = bt.task.name.split("[", 1)[0]
+    db.workload_id(bt.task.mod, create=True, task_name=base, family=(family[base], bt.bucket))
+    sch = tvm.s_tir.Schedule(bt.task.mod)
+    for block in sch.get_child_blocks(sch.get_sblock("root")):
+        for loop in sch.get_loops(block):
+            if int(sch.get(loop).extent) == 16:  # every loop over n: tile 8
+                sch.split(loop, sch.sample_perfect_tile(loop, n=2, decision=[2, 8]))
+    record = ms.database.TuningRecord(
+        sch.trace,
+        db.commit_workload(bt.task.mod),
+        run_secs=[1e-6],
+        target=llvm_target,
+        args_info=ms.arg_info.ArgInfo.from_prim_func(bt.task.mod["main"]),
+    )
+    db.commit_tuning_record(record)
+    values = [1, 3, 8, 11, 16, 17, 40]
+    results = bench(model, llvm_target, db, [{"n": v} for v in values], repeat=1, min_repeat_ms=1)
+    for value, res in zip(values, results, strict=True):
+        assert res.agree, (value, res.max_abs_err)
+        # up to 8: the range kernel (one tile of 8); 9..16: the static kernel tuned at 16 (the
+        # same estimated time, and constant shapes), padded to 16; above: the range kernel
+        expected = "n16_static" if 8 < value <= 16 else "n16"
+        assert res.kernels == {"softmax": expected}, (value, res.kernels)

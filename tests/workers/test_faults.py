@@ -62,8 +62,10 @@ def test_build_sandbox_turns_hang_crash_garbage_into_values(llvm_target) -> None
         crashed, data = sandboxed_build(mod_json, target_json, 30, f"{FAULTS}:crash_build", box)
         assert data is None and crashed.error_kind is ErrorKind.BUILD_ERROR
         assert "crashed" in crashed.error_msg and "SIGSEGV" in crashed.error_msg
+        assert crashed.crashed and crashed.node_suspect and hung.node_suspect
         junk, data = sandboxed_build(mod_json, target_json, 30, f"{FAULTS}:garbage_build", box)
         assert data is None and junk.error_kind is ErrorKind.BUILD_ERROR
+        assert not junk.crashed and not junk.node_suspect  # the candidate's own fault
         # the sandbox recovers: a real build in a fresh child
         ok, data = sandboxed_build(mod_json, target_json, 120, sandbox=box)
         assert ok.ok and data[:4] == b"\x7fELF"

@@ -110,6 +110,34 @@ def range_vs_static(
     return rows
 
 
+def task_speedups(
+    model_path: Path, target: Any, db: TuneFarmDatabase, buckets: dict[str, list[int]]
+) -> list[dict[str, Any]]:
+    """Per bucket task: the untuned default schedule's and the best record's measured time
+    (both from the tune, on the same workers), their ratio and the tuned GFLOPS."""
+    rows = []
+    for bt in bucket_tasks(load_model(model_path).mod, target, buckets):
+        untuned = db.default_schedule_sec(bt.task.mod, target)
+        found = db.best(bt.task.mod, target)
+        if untuned is None or found is None:
+            continue
+        try:
+            flops = float(tvm.s_tir.analysis.estimate_tir_flops(bt.task.mod))
+        except Exception:  # a kernel TVM cannot count
+            flops = 0.0
+        rows.append(
+            {
+                "task": bt.task.name,
+                "bucket": next(iter(bt.bucket.values())),
+                "untuned_sec": untuned,
+                "tuned_sec": found[2],
+                "speedup": untuned / found[2],
+                "tuned_gflops": flops / found[2] / 1e9 if flops else None,
+            }
+        )
+    return rows
+
+
 def geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
@@ -174,6 +202,7 @@ def run_model(
             )
         off.append(entry)
     kernels = range_vs_static(ROOT / path, target, db, buckets)
+    tasks = task_speedups(ROOT / path, target, db, buckets)
     big = [p for p in per_value if p["value"] >= 32]
     return {
         "model": path,
@@ -188,6 +217,7 @@ def run_model(
         "geomean_speedup_ge32": geomean([p["speedup"] for p in big]),
         "off_bucket": off,
         "range_vs_static": kernels,
+        "tasks_tuned_vs_untuned": tasks,
         "all_agree": all(p["agree"] for p in per_value),
     }
 
@@ -243,6 +273,19 @@ def main(argv: list[str] | None = None) -> int:
                 f"  off-bucket {o['value']}: {o['throughput_ratio']:.2f}x the rows/s of "
                 f"bucket {o['nearest']}" + (f" (numpy: {numpy:.2f}x)" if numpy is not None else "")
             )
+        tasks = Table(title=f"{key}: tasks at buckets >= 32 (tune's own measurements)")
+        for col in ("task", "untuned", "tuned", "speedup", "GFLOPS"):
+            tasks.add_column(col, justify="right")
+        for t in res["tasks_tuned_vs_untuned"]:
+            if t["bucket"] >= 32:
+                tasks.add_row(
+                    t["task"],
+                    f"{t['untuned_sec'] * 1e6:.1f} us",
+                    f"{t['tuned_sec'] * 1e6:.1f} us",
+                    f"{t['speedup']:.1f}x",
+                    f"{t['tuned_gflops']:.1f}" if t["tuned_gflops"] else "-",
+                )
+        console.print(tasks)
         for k in res["range_vs_static"]:
             console.print(
                 f"  range kernel {k['kernel']} @ {k['bucket']} (tile {k['tile']}): "

@@ -143,13 +143,13 @@ def geomean(values: list[float]) -> float:
 
 
 def _job_wall_sec(storage: Storage) -> float | None:
-    """Wall time of the (single) tune job already in ``storage``."""
+    """Wall time of the first tune job in ``storage`` (the one that tuned it)."""
     from sqlalchemy import select
 
     from database.models import JobRow
 
     def last(session: Any) -> float | None:
-        job = session.scalars(select(JobRow).order_by(JobRow.id.desc())).first()
+        job = session.scalars(select(JobRow).order_by(JobRow.id)).first()
         if job is None or job.finished_at is None:
             return None
         return (job.finished_at - job.started_at).total_seconds()
@@ -243,9 +243,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--skip-tune needs --db-dir (the databases of an earlier run)")
     out: dict[str, Any] = {"machine": cpu_fingerprint(), "models": {}}
     for key in args.models:
-        res = run_model(
-            key, args.trials_per_task, console, f"sqlite:///{db_dir.resolve()}/{key}.db"
-        )
+        url = f"sqlite:///{db_dir.resolve()}/{key}.db"
+        res = run_model(key, args.trials_per_task, console, url, skip_tune=args.skip_tune)
         out["models"][key] = res
         table = Table(title=f"{key}: {res['trials_per_task']} trials per bucket task")
         for col in ("value", "bucket?", "untuned", "tuned", "numpy", "speedup", "tuned/numpy"):

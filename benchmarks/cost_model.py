@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import itertools
 import json
+import math
 import platform
 import shutil
 import socket
@@ -92,6 +94,46 @@ def _reach(
 def _best(curve: list[tuple[int, float | None, float]]) -> float | None:
     secs = [sec for _, sec, _ in curve if sec is not None]
     return min(secs) if secs else None
+
+
+def mean_curves(runs: list[dict[str, Any]], trials: int) -> dict[str, dict[str, Any]]:
+    """The average job of each run kind: per trial, the geometric mean over seeds of the best
+    latency so far and the mean wall time; trials (and wall) for it to reach 90% of the average
+    cold run's final best. One lucky or unlucky seed moves this far less than a per-seed goal,
+    whose cold run may hit a near-optimal candidate in its first batch."""
+    by_run: dict[str, list[dict[str, Any]]] = {}
+    for r in runs:
+        by_run.setdefault(r["run"], []).append(r)
+    out: dict[str, dict[str, Any]] = {}
+    for name, rs in by_run.items():
+        best, wall = [], []
+        for r in rs:
+            secs = [sec if sec else math.inf for _, sec, _ in r["curve"]][:trials]
+            secs += [secs[-1]] * (trials - len(secs))
+            best.append(list(itertools.accumulate(secs, min)))
+            at = [a for _, _, a in r["curve"]][:trials]
+            wall.append(at + [at[-1]] * (trials - len(at)))
+        geo = [
+            math.exp(statistics.fmean(math.log(b[t]) for b in best))
+            if all(math.isfinite(b[t]) for b in best)
+            else math.inf
+            for t in range(trials)
+        ]
+        out[name] = {
+            "seeds": len(rs),
+            "best_so_far_geomean_sec": geo,
+            "wall_mean_sec": [statistics.fmean(w[t] for w in wall) for t in range(trials)],
+        }
+    cold = out.get(RUNS[0][0])
+    if cold is None:
+        return out
+    goal = cold["best_so_far_geomean_sec"][-1] / 0.9
+    for entry in out.values():
+        hit = next((t for t, v in enumerate(entry["best_so_far_geomean_sec"]) if v <= goal), None)
+        entry["goal_sec"] = goal
+        entry["trials_to_90"] = None if hit is None else hit + 1
+        entry["wall_to_90_sec"] = None if hit is None else entry["wall_mean_sec"][hit]
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -212,6 +254,18 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['wall_sec']:.0f} s",
         )
     console.print(table)
+    average = mean_curves(runs, args.trials)
+    for name, entry in average.items():
+        console.print(
+            f"average {name} over {entry['seeds']} seeds: best "
+            f"{entry['best_so_far_geomean_sec'][-1] * 1e6:.2f} us; 90% of the average cold "
+            f"run's best after {entry.get('trials_to_90') or '>' + str(args.trials)} trials"
+            + (
+                f" ({entry['wall_to_90_sec']:.0f} s)"
+                if entry.get("wall_to_90_sec") is not None
+                else ""
+            )
+        )
 
     # ranking quality on the warm run's final database (history + target bucket)
     warm_runs = [r for r in runs if r["run"] == "warm_tunefarm"]
@@ -255,6 +309,7 @@ def main(argv: list[str] | None = None) -> int:
                 "args": vars(args),
                 "history_sec": history_sec,
                 "runs": runs,
+                "average": average,
                 "evaluation": evaluation,
             },
             indent=2,

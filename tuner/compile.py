@@ -18,7 +18,10 @@ from tuner.dispatch import KernelDispatch, add_dispatch
 from tuner.errors import TuneFarmError
 from tuner.fastimport import preload_tensor_intrin
 from tuner.pipeline import backend_passes, normalize, prepare, symbolic_vars_of
+from workers import fast_math
 from workers.fingerprint import local_device_for
+
+fast_math.install()  # the same erf lowering as the builders that measured the records
 
 
 @dataclass(frozen=True)

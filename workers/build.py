@@ -10,7 +10,10 @@ from typing import TYPE_CHECKING
 
 import tvm
 
+from workers import fast_math
 from workers.results import BUILDER_CRASHED, BuildResult, ErrorKind
+
+fast_math.install()  # builds measure the erf lowering that `tunefarm build` ships
 
 if TYPE_CHECKING:
     from workers.sandbox import Sandbox

@@ -9,7 +9,7 @@ from database import Storage, TuneFarmDatabase
 from tests.conftest import DATA
 from tuner.bench import bench, sweep_values
 from tuner.compile import apply_database, compile
-from tuner.dispatch import BucketKernel, add_dispatch, choose_intervals
+from tuner.dispatch import BucketKernel, KernelDispatch, add_dispatch, choose_intervals
 from tuner.errors import TuneFarmError
 from tuner.model import load_model
 from tuner.pipeline import normalize, prepare
@@ -84,6 +84,25 @@ def test_dispatch_intervals_pick_the_cheapest_padded_kernel() -> None:
         for upper, bk in choose_intervals((b1, b8, b32), ((8, 56e-6), (32, 80e-6)))
     ]
     assert got == [(5, None), (8, 8), (32, None)]
+
+
+def test_dispatch_intervals_scale_by_work_degree_and_prefer_static_on_ties() -> None:
+    rk = BucketKernel(16, 8, "k_n16", "exact", 10e-6)  # range kernel, tile 8
+    static = BucketKernel(16, 16, "k_n16_static", "exact", 10e-6, static=True)
+    # v <= 8: the range kernel computes 8 of 16 rows (5 us) < the static 10 us; 9..16: both
+    # do the bucket's work, the tie goes to the static kernel; above 16 only a range kernel
+    # is valid
+    got = [(upper, bk.name) for upper, bk in choose_intervals((rk, static))]
+    assert got == [(8, "k_n16"), (16, "k_n16_static")]
+    assert KernelDispatch("k", "n", (rk, static)).above is rk
+    # an s x s kernel (degree 2): the generic kernel, 12 us at 16, costs 12 * (v/16)^2; the
+    # range kernel 10 * (padded/16)^2. v=7: 2.3 < 2.5; v=8: 3 > 2.5; v=9..14: below 10;
+    # v=15: 10.5 > 10
+    got = [
+        (upper, bk.name if bk else None)
+        for upper, bk in choose_intervals((rk,), ((16, 12e-6),), degree=2)
+    ]
+    assert got == [(7, None), (8, "k_n16"), (14, None), (16, "k_n16")]
 
 
 @pytest.mark.slow

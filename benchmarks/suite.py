@@ -455,12 +455,11 @@ def part_kernels(run: Run) -> dict[str, Any]:
 
 
 def part_examples(run: Run) -> dict[str, Any]:
+    from benchmarks.symbolic import tune_buckets
     from database import Storage, TuneFarmDatabase
     from tuner.buckets import bucket_tasks
     from tuner.fastimport import preload_tensor_intrin
-    from tuner.job import TuneConfig, tune
     from tuner.model import load_model
-    from workers.config import MeasureConfig
 
     s, target = run.settings, run.target
     model = load_model(ROOT / MLP)
@@ -472,15 +471,7 @@ def part_examples(run: Run) -> dict[str, Any]:
         preload_tensor_intrin()
         storage = Storage(f"sqlite:///{run.tmp}/examples.db")
         run.log(f"examples: tuning {MLP} at b={s.example_buckets}, {budget} trials")
-        summary = tune(
-            model.mod,
-            target,
-            storage,
-            TuneConfig(trials=budget, seed=0, measure=MeasureConfig(min_repeat_ms=30)),
-            buckets=buckets,
-            model_name="mlp_dynamic",
-            console=_quiet(),
-        )
+        summary = tune_buckets(model, target, storage, buckets, budget, "mlp_dynamic", _quiet())
         db = TuneFarmDatabase(storage)
     flops = lambda b: 2.0 * b * 256 * 512 * 2  # noqa: E731  (two matmuls)
     rows = sweep(run, model, "b", s.example_values, db, flops)

@@ -157,6 +157,28 @@ def _job_wall_sec(storage: Storage) -> float | None:
     return storage.run(last, write=False)
 
 
+def tune_buckets(
+    model: Any,
+    target: Any,
+    storage: Storage,
+    buckets: dict[str, list[int]],
+    budget: int,
+    model_name: str,
+    console: Console,
+) -> Any:
+    """The benchmarks' tune of a symbolic model: seed 0, 30 ms timed repeats, ``budget``
+    trials over its bucket tasks (the job summary)."""
+    return tune(
+        model.mod,
+        target,
+        storage,
+        TuneConfig(trials=budget, seed=0, measure=MeasureConfig(min_repeat_ms=30)),
+        console=console,
+        buckets=buckets,
+        model_name=model_name,
+    )
+
+
 def run_model(
     key: str, trials_per_task: int, console: Console, db_url: str, *, skip_tune: bool = False
 ) -> dict[str, Any]:
@@ -170,15 +192,7 @@ def run_model(
         wall_sec = _job_wall_sec(storage)
         console.print(f"{key}: reusing {db_url} (tuned in {wall_sec} s)")
     else:
-        wall_sec = tune(
-            model.mod,
-            target,
-            storage,
-            TuneConfig(trials=budget, seed=0, measure=MeasureConfig(min_repeat_ms=30)),
-            console=console,
-            buckets=buckets,
-            model_name=key,
-        ).wall_sec
+        wall_sec = tune_buckets(model, target, storage, buckets, budget, key, console).wall_sec
     db = TuneFarmDatabase(storage)
     (var, values) = next(iter(choose_buckets(model.mod, buckets).items()))
     sweep = sweep_values(values, upper_bounds(model.mod).get(var))

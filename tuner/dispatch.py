@@ -18,6 +18,7 @@ multiple of the range kernel's tile (with zeros, or -inf where a max or softmax 
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,7 +68,7 @@ class KernelDispatch:
     generic: tuple[tuple[int, float], ...] = ()
     degree: int = 1  # work grows as var ** degree
 
-    @property
+    @functools.cached_property
     def intervals(self) -> tuple[tuple[int, BucketKernel | None], ...]:
         """``(upper, kernel)`` pairs: values up to ``upper`` (above the previous upper) run
         ``kernel`` (None: the generic kernel); values above the largest bucket run
@@ -94,7 +95,7 @@ class KernelDispatch:
                 return None
         return best
 
-    @property
+    @functools.cached_property
     def used(self) -> tuple[BucketKernel, ...]:
         """The bucket kernels the rule runs for some value (the others are not built)."""
         chosen = {bk for _, bk in self.intervals if bk is not None} | {self.above}
@@ -190,25 +191,14 @@ def _plan(name: str, func: tirx.PrimFunc, target: Any, db: TuneFarmDatabase) -> 
             continue  # the default schedule won: the generic kernel is that schedule already
         value = bucket[var.name]
         kname = f"{name}_{var.name}{value}"
-
-        def mark(func: tirx.PrimFunc, tile: int, value: int = value) -> tirx.PrimFunc:
-            # the bucket attribute also keeps identical schedules of two buckets apart, so
-            # which bucket served a call stays observable
-            return (
-                func.without_attr("global_symbol")
-                .with_attr("tirx.is_scheduled", True)
-                .with_attr("tunefarm.bucket", f"{var.name}={value}")
-                .with_attr("tunefarm.tile", tile)
-            )
-
         rk: RangeKernel | None = transplant(norm["main"], record.trace, var.name)
         if rk is not None:
             bk = BucketKernel(value, rk.tile, kname, level, mean_sec)
-            plan.kernels.append((bk, mark(rk.func, rk.tile)))
+            plan.kernels.append((bk, _mark(rk.func, f"{var.name}={value}", rk.tile)))
         static = _replay(record.trace, static_mod)
         if static is not None:  # the kernel that was measured, for values padded to the bucket
             bk = BucketKernel(value, value, f"{kname}_static", level, mean_sec, static=True)
-            plan.kernels.append((bk, mark(static, value)))
+            plan.kernels.append((bk, _mark(static, f"{var.name}={value}", value)))
     if not plan.kernels:
         plan.dispatch = KernelDispatch(name, var.name, reason="no transplantable record")
     else:
@@ -220,6 +210,17 @@ def _plan(name: str, func: tirx.PrimFunc, target: Any, db: TuneFarmDatabase) -> 
             degree=work_degree(norm["main"], var.name),
         )
     return plan
+
+
+def _mark(func: tirx.PrimFunc, bucket: str, tile: int) -> tirx.PrimFunc:
+    """A bucket kernel as added to the module. The bucket attribute also keeps identical
+    schedules of two buckets apart, so which bucket served a call stays observable."""
+    return (
+        func.without_attr("global_symbol")
+        .with_attr("tirx.is_scheduled", True)
+        .with_attr("tunefarm.bucket", bucket)
+        .with_attr("tunefarm.tile", tile)
+    )
 
 
 def _replay(trace: Any, mod: tvm.IRModule) -> tirx.PrimFunc | None:
@@ -373,7 +374,7 @@ def add_dispatch(
                     out_sinfo,
                     kernel_gvs[bk.name],
                     pad_axes,
-                    plan.pads[: len(args)] or (0.0,) * len(args),
+                    plan.pads,
                     out_axes,
                     model_var,
                     bk.tile,

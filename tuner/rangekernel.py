@@ -60,12 +60,6 @@ _PADS = (0.0, float("-inf"), float("inf"))
 _STATE_OF_PAD = {0.0: ZERO, float("-inf"): NEG_INF, float("inf"): POS_INF}
 
 
-def pads_safely(func: tirx.PrimFunc, var_name: str) -> bool:
-    """True when some padding of the inputs along ``var_name`` leaves the rows below ``n``
-    unchanged (see :func:`pad_values`)."""
-    return pad_values(func, var_name) is not None
-
-
 def pad_values(func: tirx.PrimFunc, var_name: str) -> dict[str, float] | None:
     """Per input buffer, the value to pad ``var_name``-sized dims with so that the rows below
     ``n`` are unchanged; None when no choice of 0, -inf or +inf does.

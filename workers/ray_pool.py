@@ -296,8 +296,7 @@ class RayBuilder(PyBuilder):
 
     def _quarantine(self, node: str, why: str) -> None:
         self.quarantined[node] = why
-        self._log.note(f"quarantined build node {node[:12]}: {why}")
-        log.warning("build node %s quarantined: %s", node[:12], why)
+        self._log.note(f"quarantined build node {node[:12]}: {why}", logging.WARNING)
         marker = SlotSpec(f"builder@{node[:12]}", node_id=node).mark_quarantined(why)
         self._markers.append(marker)
 

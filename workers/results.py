@@ -45,9 +45,9 @@ class EventLog:
         self._logger = logger
         self._level = level
 
-    def note(self, event: str) -> None:
+    def note(self, event: str, level: int | None = None) -> None:
         self.events.append(event)
-        self._logger.log(self._level, "%s", event)
+        self._logger.log(self._level if level is None else level, "%s", event)
 
 
 @dataclass(frozen=True)

@@ -101,8 +101,9 @@ def headline(res: dict[str, Any]) -> list[str]:
             out.append(
                 f"Weak spots: M = {', '.join(weak)} against the untuned default"
                 + (
-                    f"; values above the largest tuned bucket ({top}) run the generic "
-                    "(untuned) kernel."
+                    f"; above the largest tuned bucket ({top}) the dispatch runs the bucket "
+                    "kernel of least time per unit of work, or the generic (untuned) kernel "
+                    "where that is cheaper."
                     if above
                     else "."
                 )
@@ -118,8 +119,8 @@ def headline(res: dict[str, Any]) -> list[str]:
     if "TuneFarm" in eff:
         tf, st = eff["TuneFarm"], eff["MetaSchedule"]
         out.append(
-            f"Tuning efficiency ({eff['task']}): {_fmt_reach(tf)} trials (TuneFarm) vs "
-            f"{_fmt_reach(st)} (MetaSchedule) to reach 90% of the better final; "
+            f"Tuning efficiency ({eff['task']}), trials to reach 90% of the better final: "
+            f"TuneFarm {reach_phrase(tf)}, MetaSchedule {reach_phrase(st)}; "
             f"{tf['wall_per_trial']:.2f} vs {st['wall_per_trial']:.2f} wall s per trial."
         )
     ov = res.get("overhead") or {}
@@ -128,14 +129,11 @@ def headline(res: dict[str, Any]) -> list[str]:
         db = max(j["db_share"] for j in ov["tunefarm_jobs"])
         disp = [d["overhead"] for d in ov.get("dispatch", [])]
         line = (
-            f"Overhead: {min(rates):.2f}–{max(rates):.2f} candidates/s on this machine; the "
+            f"Overhead: {span(rates, '{:.2f}')} candidates/s on this machine; the "
             f"database takes at most {db:.1%} of a job's wall time"
         )
         if disp:
-            line += (
-                f"; symbolic dispatch costs {min(disp):+.1%} to {max(disp):+.1%} against the "
-                "static kernel"
-            )
+            line += f"; {dispatch_phrase(disp)}"
         out.append(line + ".")
     if res.get("noisy_run"):
         out.append(
@@ -145,9 +143,35 @@ def headline(res: dict[str, Any]) -> list[str]:
     return out
 
 
-def _fmt_reach(part: dict[str, Any]) -> str:
+def span(values: list[float], fmt: str = "{:.2f}") -> str:
+    """``lo–hi`` of the values as formatted; one number when both ends print the same."""
+    lo, hi = fmt.format(min(values)), fmt.format(max(values))
+    return lo if lo == hi else f"{lo}–{hi}"
+
+
+def dispatch_phrase(overheads: list[float]) -> str:
+    """The symbolic module's time against the static kernel's (fractions, negative: faster),
+    worded so that a negative figure reads as a gain, never as a negative cost."""
+    lo, hi = min(overheads) * 100, max(overheads) * 100
+    if lo >= 0:
+        return f"symbolic dispatch costs +{span([lo, hi], '{:.1f}')}% against the static kernel"
+    if hi <= 0:
+        return (
+            f"the symbolic module runs {span([-hi, -lo], '{:.1f}')}% faster than the static "
+            "kernel alone (no measurable dispatch cost)"
+        )
+    return (
+        f"symbolic dispatch costs at most +{hi:.1f}% against the static kernel (and is up to "
+        f"{-lo:.1f}% faster at some values)"
+    )
+
+
+def reach_phrase(part: dict[str, Any]) -> str:
+    """How many trials a tuner took to reach 90% of the better final, or that it did not."""
     reach = part.get("to_90pct")
-    return "never" if not reach else str(reach["trial"])
+    if reach:
+        return f"{reach['trial']} trial{'s' if reach['trial'] != 1 else ''}"
+    return f"did not reach 90% within {part.get('trials', '?')} trials"
 
 
 def _load(res: dict[str, Any]) -> str:
@@ -381,7 +405,7 @@ def _efficiency(res: dict[str, Any], img: str | None) -> list[str]:
                 p["trials"],
                 f"{p['final_sec'] * 1e3:.3f}" if p.get("final_sec") else "-",
                 f"{p['final_gflops']:.1f}" if p.get("final_gflops") else "-",
-                reach["trial"] if reach else "never",
+                reach["trial"] if reach else f"not within {p['trials']}",
                 f"{reach['wall']:.1f}" if reach else "-",
                 f"{p['wall_sec']:.1f}",
                 f"{p['wall_per_trial']:.2f}" if p.get("wall_per_trial") else "-",

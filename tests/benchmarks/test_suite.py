@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.report import BEGIN, END, write_report
+from benchmarks.report import (
+    BEGIN,
+    END,
+    dispatch_phrase,
+    headline,
+    reach_phrase,
+    span,
+    write_report,
+)
 from benchmarks.suite import Settings, best_so_far, noisy_figures, run_suite, stat, to_target
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -34,6 +42,39 @@ def test_noisy_figures_names_the_noisy_ones() -> None:
 def test_settings_are_validated() -> None:
     with pytest.raises(ValueError, match="repeats"):
         Settings(repeats=1)
+
+
+def test_headline_wording() -> None:
+    """Equal range ends print one number, a negative dispatch overhead reads as a gain, and a
+    tuner that never reached 90% says so with its budget."""
+    assert span([0.3383, 0.3368]) == "0.34"
+    assert span([0.31, 0.34]) == "0.31–0.34"
+    assert dispatch_phrase([0.134, -0.036]) == (
+        "symbolic dispatch costs at most +13.4% against the static kernel "
+        "(and is up to 3.6% faster at some values)"
+    )
+    assert dispatch_phrase([0.02, 0.134]) == (
+        "symbolic dispatch costs +2.0–13.4% against the static kernel"
+    )
+    assert "faster than the static kernel" in dispatch_phrase([-0.01, -0.036])
+    assert reach_phrase({"trials": 16, "to_90pct": {"trial": 2, "wall": 3.0}}) == "2 trials"
+    assert reach_phrase({"trials": 16, "to_90pct": None}) == ("did not reach 90% within 16 trials")
+    job = {"candidates_per_sec": 0.3383, "db_share": 0.003}
+    res = {
+        "efficiency": {
+            "task": "QKV matmul M=128",
+            "TuneFarm": {"trials": 16, "to_90pct": None, "wall_per_trial": 3.2},
+            "MetaSchedule": {"trials": 16, "to_90pct": {"trial": 16}, "wall_per_trial": 2.9},
+        },
+        "overhead": {
+            "tunefarm_jobs": [job, {**job, "candidates_per_sec": 0.3368}],
+            "dispatch": [{"overhead": 0.134}, {"overhead": -0.036}],
+        },
+    }
+    text = "\n".join(headline(res))
+    assert "never" not in text and "0.34–0.34" not in text and "-3.6%" not in text
+    assert "TuneFarm did not reach 90% within 16 trials, MetaSchedule 16 trials" in text
+    assert "Overhead: 0.34 candidates/s" in text
 
 
 def test_report_from_a_tiny_real_run(tmp_path: Path) -> None:

@@ -71,3 +71,10 @@ lint: $(STAMP)
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache
+
+# docs/demo-output.md and README's sample output, from a real run of the `demo` target's
+# commands (read with `make -n demo`) into a scratch database. DOCS_OUTPUT_ARGS=--quick: the
+# first model only, at 8 trials (write it elsewhere with --output/--readme).
+.PHONY: docs-output
+docs-output: $(STAMP)
+	$(BIN)/python -m benchmarks.docs_output $(DOCS_OUTPUT_ARGS)

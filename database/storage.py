@@ -164,10 +164,8 @@ class Storage:
                 raise DatabaseError(f"{redact(self.url)} is not a TuneFarm database (no tables)")
             elif check_schema:
                 migrate.check_current(self.engine, redact(self.url))
-        except OperationalError as err:
-            raise DatabaseError(
-                f"cannot open {redact(self.url)}: {_first_line(err.orig or err)}"
-            ) from None
+        except DBAPIError as err:  # OperationalError, and sqlite3's DatabaseError on a non-db
+            raise DatabaseError(_describe(err, redact(self.url), opening=True)) from None
 
     @contextlib.contextmanager
     def transaction(self, *, write: bool = True) -> Iterator[Session]:
@@ -199,12 +197,18 @@ class Storage:
         self.engine.dispose()
 
 
-def _describe(err: BaseException, where: str) -> str:
+def _describe(err: BaseException, where: str, *, opening: bool = False) -> str:
     text = _first_line(getattr(err, "orig", None) or err)
     low = text.lower()
+    if "file is not a database" in low:
+        path = make_url(where).database if where.startswith("sqlite") else where
+        return (
+            f"{path} is not an SQLite database: give the URL of a TuneFarm database "
+            "(e.g. sqlite:///tunefarm.db)"
+        )
     if "readonly database" in low or "read-only" in low or "permission denied" in low:
         return f"{where} is read-only: {text}"
-    return f"database error on {where}: {text}"
+    return f"{'cannot open' if opening else 'database error on'} {where}: {text}"
 
 
 def _first_line(err: BaseException) -> str:

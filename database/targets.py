@@ -27,12 +27,17 @@ def _canonical(obj: Any) -> Any:
     return str(obj)
 
 
+X86_MACHINES = ("x86_64", "amd64", "i386", "i686")
+
+
 @dataclass(frozen=True)
 class TargetKey:
     """A target as the database sees it.
 
     ``key`` identifies the exact target; ``arch`` (the LLVM CPU, the CUDA arch or the
-    triple) and ``kind`` are the coarser levels used by lookup fallbacks.
+    triple) and ``kind`` are the coarser levels used by lookup fallbacks. A CPU of a
+    non-x86 triple is qualified by the triple's architecture (``aarch64:generic``), so an
+    ARM target never shares an ``arch`` with an x86 one of the same CPU name (``generic``).
     """
 
     key: str
@@ -47,6 +52,9 @@ class TargetKey:
         text = json.dumps(exported, sort_keys=True, separators=(",", ":"))
         attrs = exported if isinstance(exported, dict) else {}
         arch = attrs.get("mcpu") or attrs.get("arch") or attrs.get("mtriple")
+        machine = str(attrs.get("mtriple") or "").split("-", 1)[0]
+        if attrs.get("mcpu") and machine and machine not in X86_MACHINES:
+            arch = f"{machine}:{attrs['mcpu']}"
         return TargetKey(
             key=hashlib.sha1(text.encode()).hexdigest(),
             json=text,

@@ -74,19 +74,35 @@ def _stream(
 
 
 # ------------------------------------------------------------------ stock MetaSchedule files
-def export_metaschedule(storage: Storage, out_dir: Path, *, best_only: bool = False) -> Transfer:
-    """Write valid records as stock ``JSONDatabase`` files (workloads + tuning records)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+def export_metaschedule(
+    storage: Storage, out_dir: Path, *, best_only: bool = False, force: bool = False
+) -> Transfer:
+    """Write valid records as stock ``JSONDatabase`` files (workloads + tuning records);
+    ``force`` replaces those two files in a folder that has them (nothing else is touched)."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise DatabaseError(
+            f"{out_dir} is a file: --format metaschedule needs a folder (it writes "
+            f"{WORKLOAD_FILE} and {RECORD_FILE} there)"
+        )
+    if not out_dir.parent.is_dir():
+        raise DatabaseError(f"folder does not exist: {out_dir.parent}")
     paths = [out_dir / WORKLOAD_FILE, out_dir / RECORD_FILE]
-    if any(p.exists() and p.stat().st_size for p in paths):
-        raise DatabaseError(f"{out_dir} already holds a MetaSchedule database; choose an empty one")
+    if not force and any(p.exists() and p.stat().st_size for p in paths):
+        raise DatabaseError(
+            f"{out_dir} already holds a MetaSchedule database; choose an empty folder "
+            "or use --force to replace it"
+        )
 
     def load(session: Session) -> list[tuple[RecordRow, str, WorkloadRow]]:
         ids = best_record_ids(session) if best_only else None
         return [r for r in _stream(session, ids) if r[0].mean_sec is not None]
 
     rows = storage.run(load, write=False)
-    stock = JSONDatabase(str(paths[0]), str(paths[1]), allow_missing=True)
+    out_dir.mkdir(exist_ok=True)
+    partial = [p.with_name(p.name + ".partial") for p in paths]  # renamed over paths at the end
+    for path in partial:
+        path.unlink(missing_ok=True)
+    stock = JSONDatabase(str(partial[0]), str(partial[1]), allow_missing=True)
     workloads: dict[int, Workload] = {}
     for row, mod_json, _wl in rows:
         if row.workload_id not in workloads:
@@ -102,6 +118,9 @@ def export_metaschedule(storage: Storage, out_dir: Path, *, best_only: bool = Fa
                 workloads[row.workload_id],
             )
         )
+    for src, dest in zip(partial, paths, strict=True):
+        src.touch()  # an empty export still writes both files
+        src.replace(dest)
     return Transfer(workloads=len(workloads), records=len(rows), added=len(rows))
 
 
@@ -264,6 +283,8 @@ def merge(storage: Storage, other_url: str) -> Transfer:
 # ------------------------------------------------------------------ schedule packs
 def export_pack(storage: Storage, path: Path, *, force: bool = False) -> Transfer:
     """Write the best record per (workload, target) into a new read-only SQLite file."""
+    if path.is_dir():
+        raise DatabaseError(f"{path} is a directory: --format sqlite writes a file")
     if path.exists():
         if not force:
             raise DatabaseError(f"{path} exists (use --force to replace it)")
@@ -320,6 +341,10 @@ def _columns(model: type) -> list[str]:
 
 
 # ------------------------------------------------------------------ pruning
+MAX_KEEP_TOP = 1_000_000_000  # fits every database's integers
+MAX_AGE_DAYS = 36_500  # a hundred years; far older cutoffs overflow a datetime
+
+
 @dataclass(frozen=True)
 class PrunePlan:
     """Records a prune removes."""
@@ -344,10 +369,15 @@ def prune(
     """Delete failed records, records beyond the best ``keep_top`` per (workload, target,
     device), and/or valid records older than some days that are not such a best. The best
     record of every (workload, target, device) is always kept."""
-    if keep_top is not None and keep_top < 1:
-        raise DatabaseError("--keep-top must be at least 1")
-    if older_than_days is not None and older_than_days < 0:
-        raise DatabaseError("--older-than must not be negative")
+    if keep_top is not None and not 1 <= keep_top <= MAX_KEEP_TOP:
+        raise DatabaseError(f"--keep-top must be between 1 and {MAX_KEEP_TOP} (got {keep_top})")
+    if older_than_days is not None and not (
+        math.isfinite(older_than_days) and 0 <= older_than_days <= MAX_AGE_DAYS
+    ):
+        raise DatabaseError(
+            f"--older-than must be a number of days between 0 and {MAX_AGE_DAYS} "
+            f"(got {older_than_days})"
+        )
 
     def work(session: Session) -> PrunePlan:
         ranked = ranked_records(per_device=True).subquery()

@@ -24,7 +24,8 @@ DEFAULT_BUCKETS = (1, 16, 64, 256)
 
 
 def parse_shape_options(options: list[str]) -> dict[str, list[int]]:
-    """``["b=1,8", "s=16"]`` → ``{"b": [1, 8], "s": [16]}`` with one-line errors."""
+    """``["b=1,8", "s=16"]`` → ``{"b": [1, 8], "s": [16]}`` with one-line errors; the values
+    of a variable given twice are merged (``["b=1", "b=8"]`` → ``{"b": [1, 8]}``)."""
     out: dict[str, list[int]] = {}
     for opt in options:
         name, sep, values = opt.partition("=")
@@ -39,7 +40,7 @@ def parse_shape_options(options: list[str]) -> dict[str, list[int]]:
             ) from None
         if not nums or nums[0] < 1:
             raise TuneFarmError(f"--shape {name}: values must be positive integers")
-        out[name] = nums
+        out[name] = sorted({*out.get(name, []), *nums})
     return out
 
 

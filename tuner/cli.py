@@ -20,6 +20,7 @@ from database import TuneFarmDatabase
 from tuner import cli_cluster
 from tuner.cli_common import (
     ArchOpt,
+    CompactGroup,
     CostModelOpt,
     DbOpt,
     EntryOpt,
@@ -33,8 +34,13 @@ from tuner.cli_common import (
     TargetOpt,
     TransferOpt,
     TrialsOpt,
+    TuneAddressOpt,
+    check_model_file,
+    check_output_file,
+    check_tune_options,
     console,
     open_storage,
+    ray_address,
     user_errors,
 )
 from tuner.cli_db import db_app
@@ -44,14 +50,40 @@ from tuner.progress import fmt_sec
 
 app = typer.Typer(
     name="tunefarm",
-    help="Distributed autotuning of TVM tensor programs into a shared schedule database.",
+    help="Distributed autotuning of TVM tensor programs into a shared schedule database. "
+    "Exit codes: 0 success; 1 an error, one `error: ...` line naming the cause; 2 a usage "
+    "error (an unknown option, a value of the wrong type) or, for bench, outputs that disagree.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
+    cls=CompactGroup,
 )
 app.add_typer(db_app, name="db")
 app.add_typer(model_app, name="model")
 cli_cluster.register(app)  # submit, jobs, status, logs, workers
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            print(f"tunefarm {version('tunefarm')}")
+        except PackageNotFoundError:
+            print("tunefarm (not installed)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    _show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """The tunefarm command line (see the app's help)."""
 
 
 @app.command()
@@ -62,9 +94,7 @@ def tune(
     arch: ArchOpt = None,
     trials: TrialsOpt = 64,
     db: DbOpt = None,
-    address: Annotated[
-        str | None, typer.Option(help="Ray cluster address; default: start a local instance.")
-    ] = None,
+    address: TuneAddressOpt = None,
     job: JobOpt = None,
     seed: SeedOpt = None,
     per_iter: PerIterOpt = 64,
@@ -84,6 +114,11 @@ def tune(
     from tuner.targets import resolve_target
     from workers.config import MeasureConfig
 
+    check_tune_options(trials, per_iter, min_repeat_ms)
+    check_model_file(model)
+    tgt = resolve_target(target, arch)
+    given = parse_shape_options(shape or [])
+    ray_addr = ray_address(address)  # before loading the model or creating a job
     config = TuneConfig(
         trials=trials,
         trials_per_iter=per_iter,
@@ -93,16 +128,15 @@ def tune(
         cost_model=cost_model,
         transfer=transfer,
     )
-    tgt = resolve_target(target, arch)
     loaded = load_model(model, entry, keep_params=keep_params)
-    buckets = choose_buckets(loaded.mod, parse_shape_options(shape or []), loaded.shape_vars)
+    buckets = choose_buckets(loaded.mod, given, loaded.shape_vars)
     storage = open_storage(db)
     summary = run_tune(
         loaded.mod,
         tgt,
         storage,
         config,
-        address=address,
+        address=ray_addr,
         model_name=model.stem,
         console=None if as_json else console,
         buckets=buckets,
@@ -153,19 +187,34 @@ def build(
     strict: Annotated[bool, typer.Option(help="Fail when a kernel has no tuned record.")] = False,
     entry: EntryOpt = "Module",
     keep_params: KeepParamsOpt = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the kernel report as JSON.")
+    ] = False,
 ) -> None:
     """Compile MODEL with the database's best schedules into a Relax VM library."""
+    import dataclasses
+
     from tuner.compile import compile as tf_compile
     from tuner.model import load_model
     from tuner.targets import resolve_target
 
+    check_model_file(model)
+    check_output_file(output, "--output")
     tgt = resolve_target(target, arch)
-    loaded = load_model(model, entry, keep_params=keep_params)
     storage = open_storage(db, create=False)
-    if not output.parent.exists():
-        raise TuneFarmError(f"output folder does not exist: {output.parent}")
+    loaded = load_model(model, entry, keep_params=keep_params)
     ex, report = tf_compile(loaded.mod, tgt, TuneFarmDatabase(storage), strict=strict)
     ex.export_library(str(output))
+    if as_json:
+        data = {
+            "output": str(output),
+            "tuned_calls": report.tuned_calls,
+            "total_calls": report.total_calls,
+            "tuned_share": report.tuned_share,
+            "kernels": [dataclasses.asdict(k) for k in report.kernels],
+        }
+        print(json.dumps(data, indent=2))
+        return
     table = Table(title=f"kernels of {model.name}")
     for col in ("kernel", "calls", "schedule", "lookup", "latency", "dispatch"):
         table.add_column(col, justify="right" if col in ("calls", "latency") else "left")
@@ -197,14 +246,15 @@ def bench(
         list[str] | None,
         typer.Option(
             "--shape",
-            help="Values of a symbolic dim to sweep: VAR=V1,V2,... (repeatable); "
-            "default: the buckets plus off-bucket values.",
+            help="Values of a symbolic dim to sweep: VAR=V1,V2,... (repeatable; the values "
+            "of a VAR given twice are merged); default: the buckets plus off-bucket values.",
         ),
     ] = None,
     json_out: Annotated[
         Path | None,
         typer.Option(
-            "--json", help="Also write the results as JSON here (with --address, - prints it)."
+            "--json",
+            help="Also write the results as JSON to this file; - prints only the JSON.",
         ),
     ] = None,
     entry: EntryOpt = "Module",
@@ -212,8 +262,11 @@ def bench(
     address: Annotated[
         str | None,
         typer.Option(
-            help="Ray cluster address (auto, HOST:6379, ray://HOST:10001): measure on the "
-            "cluster's devices through its runners instead of this machine's CPU.",
+            "--address",
+            "-a",
+            help="The Ray cluster's head (HOST, HOST:6379, ray://HOST:10001, "
+            "http://HOST:8265 or auto): measure on the cluster's devices through its runners "
+            "instead of this machine's CPU.",
         ),
     ] = None,
     devices: Annotated[
@@ -230,6 +283,10 @@ def bench(
     tuned vs untuned on each device kind of a Ray cluster (--json - prints JSON)."""
     import itertools
 
+    check_model_file(model)
+    to_stdout = json_out is not None and str(json_out) == "-"
+    if json_out is not None and not to_stdout:
+        check_output_file(json_out, "--json")
     if address is not None or devices:
         from tuner.cli_cluster import bench_cluster
 
@@ -249,8 +306,9 @@ def bench(
     from tuner.targets import resolve_target
 
     tgt = resolve_target(target, arch)
-    loaded = load_model(model, entry, keep_params=keep_params)
     given = parse_shape_options(shape or [])
+    storage = open_storage(db, create=False)
+    loaded = load_model(model, entry, keep_params=keep_params)
     bounds = upper_bounds(loaded.mod)
     values = {
         name: given.get(name) or sweep_values(buckets, bounds.get(name))
@@ -259,8 +317,12 @@ def bench(
     shapes = [
         dict(zip(values, combo, strict=True)) for combo in itertools.product(*values.values())
     ]
-    storage = open_storage(db, create=False)
     results = run_bench(loaded, tgt, TuneFarmDatabase(storage), shapes)
+    if to_stdout:
+        print(json.dumps({"results": [r.to_dict() for r in results]}, indent=2))
+        if not all(r.agree for r in results):
+            raise typer.Exit(2)
+        return
     ref = loaded.reference.name if loaded.reference is not None else None
     title = f"{model.name} on {tgt.kind.name}: tuned vs untuned default"
     table = Table(title=title + (f" vs {ref}" if ref else ""))
@@ -284,7 +346,7 @@ def bench(
         f"{res.tuned_share:.0%} of kernel calls tuned"
         + (f" (untuned: {', '.join(res.untuned_kernels)})" if res.untuned_kernels else "")
     )
-    if json_out is not None:
+    if json_out is not None:  # a checked file path (- returned above)
         json_out.write_text(json.dumps({"results": [r.to_dict() for r in results]}, indent=2))
     if not all(r.agree for r in results):
         raise typer.Exit(2)

@@ -1,6 +1,8 @@
 """``tunefarm submit / jobs / status / logs / workers``: tune jobs on a Ray cluster.
 
-Jobs go through Ray's Jobs API on the head's dashboard (``http://HEAD:8265``): the model file
+``--address`` names the cluster's head on every command (see ``cli_common.parse_address``);
+these commands talk to its dashboard, ``http://HEAD:8265`` unless an ``http://`` address
+names another port. Jobs go through Ray's Jobs API on the dashboard: the model file
 travels in the job's ``working_dir``, the job runs ``tunefarm tune`` on the cluster against
 ``--address auto``. Clusters with token authentication (the default in Ray 2.60 when a token
 exists) get ``Authorization: Bearer <token>`` from ``$RAY_AUTH_TOKEN``, the file named by
@@ -40,8 +42,13 @@ from tuner.cli_common import (
     TargetOpt,
     TransferOpt,
     TrialsOpt,
+    check_model_file,
+    check_output_file,
+    check_tune_options,
     console,
     err_console,
+    parse_address,
+    ray_address,
     user_errors,
 )
 from tuner.errors import TuneFarmError
@@ -51,8 +58,10 @@ AddressOpt = Annotated[
     typer.Option(
         "--address",
         "-a",
-        help="Ray dashboard address, http://HEAD:8265 [default: $TUNEFARM_RAY_DASHBOARD, "
-        "$RAY_API_SERVER_ADDRESS, else http://127.0.0.1:8265].",
+        help="The Ray cluster's head: HOST, HOST:PORT (the GCS, port 6379), ray://HOST:10001, "
+        "http://HOST:8265 or auto; reached through its dashboard (http://HOST:8265 unless an "
+        "http:// address names another port).",
+        show_default="$TUNEFARM_RAY_DASHBOARD, $RAY_API_SERVER_ADDRESS or http://127.0.0.1:8265",
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
@@ -62,18 +71,25 @@ TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 
 # ----------------------------------------------------------------- connection
 def dashboard_url(address: str | None) -> str:
-    """The dashboard URL from an option, the environment, or the local default."""
+    """The dashboard URL of ``--address``, the environment, or the local default: a bare
+    ``HOST`` or ``HOST:PORT`` (a GCS address) means the dashboard's port 8265 on that host."""
     addr = (
         address
         or os.environ.get("TUNEFARM_RAY_DASHBOARD")
         or os.environ.get("RAY_API_SERVER_ADDRESS")
         or "http://127.0.0.1:8265"
-    ).strip()
-    if "://" not in addr:
-        addr = "http://" + addr
-    if not addr.startswith(("http://", "https://")):
-        raise TuneFarmError(f"expected the dashboard's http://HOST:PORT address, got {addr!r}")
-    return addr.rstrip("/")
+    )
+    return parse_address(addr).dashboard
+
+
+def _unreachable(url: str, err: BaseException) -> TuneFarmError:
+    reason = _reason(err)
+    hint = (
+        "; is the dashboard elsewhere? give it as --address http://HOST:8265"
+        if reason == "connection refused"
+        else ""
+    )
+    return TuneFarmError(f"cannot reach the Ray cluster's dashboard at {url}: {reason}{hint}")
 
 
 def auth_token() -> str | None:
@@ -115,7 +131,7 @@ def job_client(address: str | None) -> Any:
     try:
         return JobSubmissionClient(url, headers=auth_headers())
     except Exception as err:
-        raise TuneFarmError(f"cannot reach the Ray cluster at {url}: {_reason(err)}") from None
+        raise _unreachable(url, err) from None
 
 
 def state_get(address: str | None, resource: str, **params: Any) -> list[dict[str, Any]]:
@@ -131,7 +147,7 @@ def state_get(address: str | None, resource: str, **params: Any) -> list[dict[st
         resp.raise_for_status()
         body = resp.json()
     except Exception as err:
-        raise TuneFarmError(f"cannot reach the Ray cluster at {url}: {_reason(err)}") from None
+        raise _unreachable(url, err) from None
     if not body.get("result", False):
         raise TuneFarmError(f"Ray state API error on {resource}: {body.get('msg', '')[:200]}")
     return list(body["data"]["result"]["result"])
@@ -198,14 +214,21 @@ def submit(
         typer.Option(help="TVM RPC tracker HOST:PORT of devices that cannot run Ray (arm64)."),
     ] = None,
     rpc_key: Annotated[str, typer.Option(help="Device key on the RPC tracker.")] = "arm",
-    follow: Annotated[bool, typer.Option(help="Stream the job's logs until it ends.")] = False,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Stream the job's logs until it ends.")
+    ] = False,
 ) -> None:
     """Submit a tune job for MODEL to a Ray cluster (Jobs API); prints its id."""
-    if not model.is_file():
-        raise TuneFarmError(f"model file not found: {model}")
-    if trials < 1:
-        raise TuneFarmError(f"--trials must be at least 1 (got {trials})")
-    job_runtime_env(".", rpc_tracker, rpc_key)  # validate before connecting
+    from tuner.buckets import parse_shape_options
+    from tuner.targets import resolve_target
+
+    # everything that can be checked here is, before contacting the cluster
+    check_model_file(model)
+    check_tune_options(trials, per_iter, min_repeat_ms)
+    if target in ("llvm", "arm64") or target.lstrip().startswith("{"):
+        resolve_target(target, arch)  # cuda's arch may come from the cluster's GPU
+    parse_shape_options(shape or [])
+    job_runtime_env(".", rpc_tracker, rpc_key)
     client = job_client(address)
     name = job or f"{model.stem}-{time.strftime('%Y%m%d-%H%M%S')}"
     options = {
@@ -483,8 +506,11 @@ def bench_cluster(
     if address is None:
         raise TuneFarmError("--devices needs --address (the Ray cluster to bench on)")
     kinds = parse_devices(devices)  # before anything slow: a typo is one line at once
-    loaded = load_model(model, entry, keep_params=keep_params)
     given = parse_shape_options(shape or [])
+    if json_out is not None and str(json_out) != "-":
+        check_output_file(json_out, "--json")
+    ray_addr = ray_address(address)  # reachable, before loading the model
+    loaded = load_model(model, entry, keep_params=keep_params)
     buckets = choose_buckets(loaded.mod, given, loaded.shape_vars)
     # the values given, else the largest bucket of each symbolic variable
     values = {name: given.get(name) or [vals[-1]] for name, vals in buckets.items()}
@@ -494,7 +520,7 @@ def bench_cluster(
     log = None if as_json else (lambda msg: err_console.print(escape(msg), highlight=False))
     config = MeasureConfig(number=1, repeat=5, min_repeat_ms=50, run_timeout_s=300)
     try:
-        with RayConnection(address):
+        with RayConnection(ray_addr):
             results = bench_on_cluster(loaded, storage, kinds, shapes or [{}], config, log)
     except ConnectionError as err:
         raise TuneFarmError(f"cannot reach the Ray cluster at {address}: {err}") from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from enum import Enum
 from pathlib import Path
@@ -11,7 +12,7 @@ import typer
 from rich.table import Table
 
 from database.storage import Storage, default_url, redact
-from tuner.cli_common import DbOpt, console, open_storage, user_errors
+from tuner.cli_common import DbOpt, check_range, console, open_storage, user_errors
 from tuner.errors import TuneFarmError
 from tuner.progress import fmt_sec
 
@@ -19,6 +20,9 @@ db_app = typer.Typer(
     help="Inspect, share and maintain the schedule database.", no_args_is_help=True
 )
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+JsonSummaryOpt = Annotated[
+    bool, typer.Option("--json", help="Print what was done as one JSON object.")
+]
 TaskOpt = Annotated[
     str | None, typer.Option("--task", help="Only workloads whose task name contains this.")
 ]
@@ -137,26 +141,51 @@ def db_export(
         ExportFormat,
         typer.Option(
             "--format",
-            "-f",
             help="metaschedule: stock JSONDatabase files; sqlite: a read-only schedule pack "
             "of the best records.",
         ),
     ] = ExportFormat.metaschedule,
     best_only: Annotated[
-        bool, typer.Option("--best-only", help="metaschedule: only the best per target.")
+        bool,
+        typer.Option(
+            "--best-only",
+            help="metaschedule: only the best per target (a sqlite pack always is).",
+        ),
     ] = False,
-    force: Annotated[bool, typer.Option("--force", help="sqlite: replace DEST.")] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Replace DEST's export (the pack file, or the folder's two files)."
+        ),
+    ] = False,
     db: DbOpt = None,
+    as_json: JsonSummaryOpt = False,
 ) -> None:
     """Export schedules for stock MetaSchedule or as an offline schedule pack."""
     from database.sharing import export_metaschedule, export_pack
 
+    if fmt is ExportFormat.metaschedule and dest.exists() and not dest.is_dir():
+        raise TuneFarmError(
+            f"{dest} is a file: --format metaschedule needs a folder "
+            "(or use --format sqlite for a schedule pack file)"
+        )
+    if fmt is ExportFormat.sqlite and dest.is_dir():
+        raise TuneFarmError(f"{dest} is a directory: --format sqlite writes a file")
+    if fmt is ExportFormat.sqlite and best_only:
+        raise TuneFarmError(
+            "--best-only applies to --format metaschedule: a sqlite pack holds only the best "
+            "records already"
+        )
     storage = open_storage(db, create=False)
     if fmt is ExportFormat.metaschedule:
-        done = export_metaschedule(storage, dest, best_only=best_only)
-        console.print(f"wrote {done.records} records of {done.workloads} workloads to {dest}/")
+        done = export_metaschedule(storage, dest, best_only=best_only, force=force)
     else:
         done = export_pack(storage, dest, force=force)
+    if as_json:
+        print(json.dumps({**done.to_dict(), "format": fmt.value, "dest": str(dest)}))
+    elif fmt is ExportFormat.metaschedule:
+        console.print(f"wrote {done.records} records of {done.workloads} workloads to {dest}/")
+    else:
         console.print(
             f"wrote a read-only pack of {done.records} best records ({done.workloads} "
             f"workloads) to {dest}; build with --db sqlite:///{dest}"
@@ -168,11 +197,15 @@ def db_export(
 def db_import(
     src: Annotated[Path, typer.Argument(help="A MetaSchedule work_dir (database_*.json files).")],
     db: DbOpt = None,
+    as_json: JsonSummaryOpt = False,
 ) -> None:
     """Import a stock MetaSchedule database; all of it or (on any bad line) none of it."""
     from database.sharing import import_metaschedule
 
     done = import_metaschedule(open_storage(db), src)
+    if as_json:
+        print(json.dumps(done.to_dict()))
+        return
     console.print(
         f"read {done.records} records of {done.workloads} workloads; {done.added} new, "
         f"{done.records - done.added} already present"
@@ -184,11 +217,15 @@ def db_import(
 def db_merge(
     other: Annotated[str, typer.Argument(help="URL of the database to fold in.")],
     db: DbOpt = None,
+    as_json: JsonSummaryOpt = False,
 ) -> None:
     """Fold a teammate's database in, keeping every record's provenance."""
     from database.sharing import merge
 
     done = merge(open_storage(db), other)
+    if as_json:
+        print(json.dumps(done.to_dict()))
+        return
     console.print(
         f"merged {redact(other)}: {done.added} new records "
         f"({done.records - done.added} already present) over {done.workloads} workloads"
@@ -209,12 +246,15 @@ def db_prune(
         typer.Option("--older-than", help="Delete non-best records older than DAYS."),
     ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only count.")] = False,
+    as_json: JsonSummaryOpt = False,
 ) -> None:
     """Delete records nobody needs; the best of every (workload, target, device) stays."""
-    from database.sharing import prune
+    from database.sharing import MAX_AGE_DAYS, MAX_KEEP_TOP, prune
 
     if keep_top is None and not failed and older_than is None:
         raise TuneFarmError("nothing to prune: give --keep-top, --failed and/or --older-than")
+    check_range("--keep-top", keep_top, 1, MAX_KEEP_TOP)
+    check_range("--older-than", older_than, 0, MAX_AGE_DAYS)
     plan = prune(
         open_storage(db, create=False),
         keep_top=keep_top,
@@ -222,11 +262,14 @@ def db_prune(
         older_than_days=older_than,
         dry_run=dry_run,
     )
+    if as_json:
+        print(json.dumps({**dataclasses.asdict(plan), "total": plan.total, "dry_run": dry_run}))
+        return
+    parts = [f"{plan.failed} failed"] if failed else []
+    parts += [f"{plan.beyond_top} beyond the top {keep_top}"] if keep_top is not None else []
+    parts += [f"{plan.older} older than {older_than:g} days"] if older_than is not None else []
     verb = "would delete" if dry_run else "deleted"
-    console.print(
-        f"{verb} {plan.total} records ({plan.failed} failed, {plan.beyond_top} beyond the top "
-        f"{keep_top}, {plan.older} older)"
-    )
+    console.print(f"{verb} {plan.total} records ({', '.join(parts)})")
 
 
 @db_app.command("upgrade")

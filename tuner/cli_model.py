@@ -116,13 +116,20 @@ def list_(
         str | None, typer.Option("--target", "-t", help="Only this target (preset or JSON).")
     ] = None,
     arch: ArchOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
 ) -> None:
     """The cost-model snapshots in the database, newest first."""
+    import dataclasses
+
     from database.snapshots import list_snapshots
 
     storage = open_storage(db, create=False)
     key = _target_key(target, arch) if target else None
     rows = list_snapshots(storage, key.kind if key else None, key.arch if key else None)
+    if as_json:
+        data = [dataclasses.asdict(r) for r in rows]
+        print(json.dumps(data, indent=2, default=lambda v: v.isoformat()))
+        return
     if not rows:
         console.print("no cost-model snapshots")
         return

@@ -29,10 +29,13 @@ def _one_line_error(result, needle: str) -> None:
 def test_unreachable_address_is_one_line() -> None:
     result = runner.invoke(app, ["jobs", "--address", f"http://127.0.0.1:{free_port()}"])
     _one_line_error(result, "cannot reach the Ray cluster")
-    result = runner.invoke(app, ["workers", "--address", f"127.0.0.1:{free_port()}"])
+    result = runner.invoke(app, ["workers", "--address", f"http://127.0.0.1:{free_port()}"])
     _one_line_error(result, "cannot reach the Ray cluster")
-    result = runner.invoke(app, ["submit", str(TINY), "--address", "ray://nope:1"])
-    _one_line_error(result, "http://HOST:PORT")
+    # a Ray Client address names the head: its dashboard is on port 8265
+    result = runner.invoke(app, ["submit", str(TINY), "--address", "ray://nope.invalid:1"])
+    _one_line_error(result, "dashboard at http://nope.invalid:8265")
+    result = runner.invoke(app, ["submit", str(TINY), "--address", "bogus://x"])
+    _one_line_error(result, "http://HOST:8265")
 
 
 def test_submit_options_become_the_jobs_command_and_env() -> None:

@@ -92,7 +92,9 @@ def inspect_kernels(
         symbolic = bool(symbolic_vars_of(func))
         found = db.best(normalize(func), target) if db is not None and not symbolic else None
         plan = dispatch.get(name)
-        source = "tuned" if found else "buckets" if plan and plan.buckets else "untuned"
+        # "buckets": the dispatch runs a bucket kernel for some value (one whose rule runs the
+        # generic kernel everywhere is the untuned build's kernel)
+        source = "tuned" if found else "buckets" if plan and plan.used else "untuned"
         kernels.append(
             KernelReport(
                 name=name,

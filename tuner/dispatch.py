@@ -2,9 +2,17 @@
 
 Rule (documented in docs/symbolic-shapes.md): for a kernel whose only symbolic variable is
 ``v``, with tuned buckets ``b1 < b2 < ... < bk``, a call with runtime value ``v <= bk`` runs
-the kernel of least estimated time at ``v``: a bucket's range kernel (its measured time at its
-bucket, scaled by the work at ``v`` padded to its tile) or the generic kernel (its measured
-time, scaled by the work at ``v``); above ``bk``, the kernel of least time per unit of work.
+the kernel of least estimated time at ``v``:
+
+- the generic kernel (untuned default schedule, symbolic): its time measured at the smallest
+  bucket ``B >= v`` (every tune measures each bucket's default schedule), scaled by the work at
+  ``v``: ``default_sec(B) * (v / B) ** d``; it pads nothing and copies nothing;
+- a bucket's kernel: its measured time at its bucket, scaled by the work at ``v`` padded to its
+  tile (a static kernel: always its bucket's time), **plus the cost of the padded branch**
+  itself (:func:`pad_overhead`: the zeros, concat and slice ops it runs and the elements they
+  write), which dominates at small ``v`` (a 64-row pad of ``x[1, 128]`` copies 64 rows).
+
+Above ``bk``, the kernel of least time per unit of work (the padding overhead included).
 Work grows as ``v ** d``, ``d`` the number of loop axes over ``v`` in the kernel's busiest
 block (1 for ``x @ W``, 2 for ``q @ k^T`` or softmax over ``s x s`` scores). Kernels that
 cannot be padded (a reduction over ``v`` that no pad value leaves unchanged), depend on
@@ -30,6 +38,45 @@ from database import TuneFarmDatabase, shash_of
 from tuner.pipeline import normalize
 from tuner.rangekernel import RangeKernel, pad_values, symbolic_var, transplant, work_degree
 
+# What a padded branch costs beyond its kernel. Measured on a 2-core x86 VM (AMD EPYC, TVM
+# 0.27, the untuned zeros/concat/strided_slice that LegalizeOps emits): padding x[1, 128] to 8
+# rows and slicing back adds ~2 us to the call, padding a [4, s, s] buffer to 64 x 64 ~30 us
+# (16K elements written twice). Both are upper-end figures: erring high makes the rule pick
+# the generic kernel where the two are close, never a padded kernel that is slower.
+PAD_OP_SEC = 1e-6  # one op the branch adds (zeros, concat, add of a nonzero pad, slice)
+PAD_ELEM_SEC = 1e-9  # one element such an op writes (~4 GB/s)
+
+
+@dataclass(frozen=True)
+class PadBuffer:
+    """A buffer a padded branch pads (an input) or slices (the output)."""
+
+    elements: int  # product of the dims that are not the variable
+    axes: int  # how many dims are the variable
+    output: bool = False
+    nonzero: bool = False  # padded with -inf/+inf: zeros, then an add
+
+
+def pad_overhead(v: int, padded: int, buffers: tuple[PadBuffer, ...]) -> float:
+    """Estimated time a branch spends padding the variable from ``v`` to ``padded`` and slicing
+    the output back: per input and padded axis a zeros and a concat (plus an add for a
+    nonzero pad), each writing up to the padded buffer; one slice writing the output's
+    ``v``-sized elements. Zero when nothing is padded (``padded == 1``: a tile of 1)."""
+    if padded <= 1:
+        return 0.0
+    ops, written = 0, 0
+    for buf in buffers:
+        if buf.axes == 0:
+            continue
+        if buf.output:
+            ops += 1
+            written += buf.elements * v**buf.axes
+        else:
+            per_axis = 2 + buf.nonzero
+            ops += per_axis * buf.axes
+            written += per_axis * buf.axes * buf.elements * padded**buf.axes
+    return ops * PAD_OP_SEC + written * PAD_ELEM_SEC
+
 
 @dataclass(frozen=True)
 class BucketKernel:
@@ -44,12 +91,19 @@ class BucketKernel:
     # padded to it; a range kernel (symbolic extents) otherwise
     static: bool = False
 
-    def cost(self, v: int, degree: int = 1) -> float:
+    def padded(self, v: int) -> int:
+        """The extent the kernel computes at ``v``: ``v`` rounded up to the tile (a static
+        kernel: its bucket)."""
+        return self.value if self.static else -(-v // self.tile) * self.tile
+
+    def cost(self, v: int, degree: int = 1, buffers: tuple[PadBuffer, ...] = ()) -> float:
         """Estimated time at ``v``: the measured time scaled by the work done at ``v`` padded
-        to the tile (a static kernel always does its bucket's work, and only up to it)."""
-        if self.static:
-            return self.mean_sec if v <= self.value else math.inf
-        return self.mean_sec * (-(-v // self.tile) * self.tile / self.value) ** degree
+        to the tile (a static kernel always does its bucket's work, and only up to it), plus
+        the padding and slicing of ``buffers`` (:func:`pad_overhead`)."""
+        if self.static and v > self.value:
+            return math.inf
+        p = self.padded(v)
+        return self.mean_sec * (p / self.value) ** degree + pad_overhead(v, p, buffers)
 
     @property
     def label(self) -> str:
@@ -67,31 +121,38 @@ class KernelDispatch:
     # (bucket value, measured time of the generic kernel there), where recorded
     generic: tuple[tuple[int, float], ...] = ()
     degree: int = 1  # work grows as var ** degree
+    # the buffers a bucket branch pads and slices (empty: padding assumed free)
+    buffers: tuple[PadBuffer, ...] = ()
 
     @functools.cached_property
     def intervals(self) -> tuple[tuple[int, BucketKernel | None], ...]:
         """``(upper, kernel)`` pairs: values up to ``upper`` (above the previous upper) run
         ``kernel`` (None: the generic kernel); values above the largest bucket run
         :attr:`above`."""
-        return choose_intervals(self.buckets, self.generic, self.degree)
+        return choose_intervals(self.buckets, self.generic, self.degree, self.buffers)
 
     @property
     def above(self) -> BucketKernel | None:
         """The kernel for values above the largest bucket (None: the generic kernel).
 
         Range kernels are valid for every value, so the bucket kernel with the least time
-        per unit of work serves there, unless the generic kernel's measured time per unit at
-        the largest bucket is lower (padding matters less and less as values grow)."""
+        per unit of work serves there (its padding overhead at the largest bucket included),
+        unless the generic kernel's measured time per unit at the largest bucket is lower
+        (padding matters less and less as values grow)."""
         if not self.buckets:
             return None
-        d = self.degree
+        d, top = self.degree, max(b.value for b in self.buckets)
         ranged = [b for b in self.buckets if not b.static]
         if not ranged:
             return None
-        best = min(ranged, key=lambda b: (b.mean_sec / b.value**d, -b.value))
+
+        def per_unit(b: BucketKernel) -> float:
+            return b.mean_sec / b.value**d + pad_overhead(top, b.padded(top), self.buffers) / top**d
+
+        best = min(ranged, key=lambda b: (per_unit(b), -b.value))
         if self.generic:
             value, sec = max(self.generic)
-            if sec / value**d <= best.mean_sec / best.value**d:
+            if sec / value**d <= per_unit(best):
                 return None
         return best
 
@@ -120,18 +181,22 @@ def choose_intervals(
     buckets: tuple[BucketKernel, ...],
     generic: tuple[tuple[int, float], ...] = (),
     degree: int = 1,
+    buffers: tuple[PadBuffer, ...] = (),
 ) -> tuple[tuple[int, BucketKernel | None], ...]:
     """For every value up to the largest bucket, the kernel with the least estimated time.
 
     Work at a value ``v`` is ``v ** degree``. A bucket kernel costs its measured time at its
-    own bucket, scaled by the work it does at ``v`` (``v`` padded to its tile). The generic
-    kernel, where its time at some bucket was recorded (the untuned default is measured by
-    every tune), costs its time at the smallest such bucket >= ``v``, scaled by the work at
-    ``v`` (it pads nothing). A static kernel (constant shapes, the very kernel measured at its
-    bucket) serves values up to its bucket padded to it. Ties go to the smaller bucket, then
-    to a static kernel (range kernels index with symbolic strides and divisors, which can cost
-    vectorization), then to a bucket kernel. Consecutive values with the same choice form one
-    interval."""
+    own bucket, scaled by the work it does at ``v`` (``v`` padded to its tile), plus what its
+    branch spends padding ``buffers`` and slicing the output (:func:`pad_overhead`). The
+    generic kernel, where its time at some bucket was recorded (the untuned default is
+    measured by every tune), costs its time at the smallest such bucket >= ``v``, scaled by
+    the work at ``v`` (it pads nothing); below the smallest bucket that is a lower bound
+    (fixed costs do not shrink with ``v``), so the estimate errs toward the generic kernel,
+    the untuned build's own. A static kernel (constant shapes, the very kernel measured at
+    its bucket) serves values up to its bucket padded to it. Ties go to the generic kernel,
+    then to the smaller bucket, then to a static kernel (range kernels index with symbolic
+    strides and divisors, which can cost vectorization). Consecutive values with the same
+    choice form one interval."""
     if not buckets:
         return ()
     generic_at = sorted(generic)
@@ -145,10 +210,10 @@ def choose_intervals(
     out: list[tuple[int, BucketKernel | None]] = []
     for v in range(1, max(b.value for b in buckets) + 1):
         best: BucketKernel | None = min(
-            buckets, key=lambda b: (b.cost(v, degree), b.value, not b.static)
+            buckets, key=lambda b: (b.cost(v, degree, buffers), b.value, not b.static)
         )
         assert best is not None
-        if generic_cost(v) < best.cost(v, degree):
+        if generic_cost(v) <= best.cost(v, degree, buffers):
             best = None
         if out and out[-1][1] is best:
             out[-1] = (v, best)
@@ -179,6 +244,7 @@ def _plan(name: str, func: tirx.PrimFunc, target: Any, db: TuneFarmDatabase) -> 
     inputs = norm["main"].params[:-1]
     plan = _Plan(KernelDispatch(name, var.name), pads=tuple(pads.get(p.name, 0.0) for p in inputs))
     generic: list[tuple[int, float]] = []
+    default_won = 0  # buckets whose best record is the untuned default schedule
     for bucket, static_mod in sorted(usable, key=lambda x: x[0][var.name]):
         default_sec = db.default_schedule_sec(static_mod, target)
         if default_sec is not None:
@@ -188,6 +254,7 @@ def _plan(name: str, func: tirx.PrimFunc, target: Any, db: TuneFarmDatabase) -> 
             continue
         record, level, mean_sec = found
         if not any(inst.kind.name != "EnterPostproc" for inst in record.trace.insts):
+            default_won += 1
             continue  # the default schedule won: the generic kernel is that schedule already
         value = bucket[var.name]
         kname = f"{name}_{var.name}{value}"
@@ -200,7 +267,12 @@ def _plan(name: str, func: tirx.PrimFunc, target: Any, db: TuneFarmDatabase) -> 
             bk = BucketKernel(value, value, f"{kname}_static", level, mean_sec, static=True)
             plan.kernels.append((bk, _mark(static, f"{var.name}={value}", value)))
     if not plan.kernels:
-        plan.dispatch = KernelDispatch(name, var.name, reason="no transplantable record")
+        reason = (
+            "the default schedule measured fastest at every bucket"
+            if default_won == len(usable)
+            else "no transplantable record"
+        )
+        plan.dispatch = KernelDispatch(name, var.name, reason=reason)
     else:
         plan.dispatch = KernelDispatch(
             name,
@@ -208,8 +280,25 @@ def _plan(name: str, func: tirx.PrimFunc, target: Any, db: TuneFarmDatabase) -> 
             tuple(k for k, _ in plan.kernels),
             generic=tuple(generic),
             degree=work_degree(norm["main"], var.name),
+            buffers=_pad_buffers(norm["main"], var.name, plan.pads),
         )
     return plan
+
+
+def _pad_buffers(
+    func: tirx.PrimFunc, var_name: str, pads: tuple[float, ...]
+) -> tuple[PadBuffer, ...]:
+    """The buffers a bucket branch of ``func`` pads (its inputs) and slices (its output)."""
+    out = []
+    params = list(func.params)
+    for i, param in enumerate(params):
+        shape = list(getattr(param, "shape", None) or ())
+        axes = sum(isinstance(d, tirx.Var) and d.name == var_name for d in shape)
+        elements = math.prod(int(d) for d in shape if isinstance(d, tirx.IntImm))
+        output = i == len(params) - 1
+        nonzero = not output and i < len(pads) and pads[i] != 0
+        out.append(PadBuffer(elements, axes, output, nonzero))
+    return tuple(out)
 
 
 def _mark(func: tirx.PrimFunc, bucket: str, tile: int) -> tirx.PrimFunc:
@@ -317,7 +406,9 @@ def add_dispatch(
                     KernelDispatch(gv.name_hint, None, reason="several symbolic variables")
                 )
     report = {name: plan.dispatch for name, plan in plans.items()}
-    active = {name: plan for name, plan in plans.items() if plan.kernels}
+    # a kernel whose rule runs the generic kernel at every value keeps its plain call: a
+    # dispatch function would only add its call and `if` to every call
+    active = {name: plan for name, plan in plans.items() if plan.dispatch.used}
     if not active:
         return prepared, report
     bb = relax.BlockBuilder(prepared)

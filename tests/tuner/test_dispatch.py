@@ -343,3 +343,127 @@ def test_softmax_bucket_kernel_is_dispatched_with_inf_padding(tmp_path, llvm_tar
         # same estimated time, and constant shapes), padded to 16; above: the range kernel
         expected = "n16_static" if 8 < value <= 16 else "n16"
         assert res.kernels == {"softmax": expected}, (value, res.kernels)
+
+
+def test_padding_overhead_keeps_a_large_tile_from_serving_small_values() -> None:
+    """Issue 14, item 4: a kernel tuned at s=64 with a 64-row tile, whose measured time (11 us)
+    is just below the generic kernel's work-scaled estimate at s=1 (190 us at 16 -> 11.9 us),
+    must not serve s=1: its branch pads x[1, 128] to 64 rows and slices back, which costs
+    more than the kernel saves. The generic kernel serves until the tuned kernel's time plus
+    that overhead is the lesser."""
+    from tuner.dispatch import PAD_ELEM_SEC, PAD_OP_SEC, PadBuffer, pad_overhead
+
+    static = BucketKernel(64, 64, "k_s64_static", "device", 11e-6, static=True)
+    generic = ((16, 190e-6), (64, 750e-6))
+    # x[s, 128] (padded), w[128, 128] and b[128] (not), y[s, 128] (sliced)
+    buffers = (
+        PadBuffer(128, 1),
+        PadBuffer(128 * 128, 0),
+        PadBuffer(128, 0),
+        PadBuffer(128, 1, True),
+    )
+    # zeros + concat of 64 x 128 each, and a slice writing v x 128
+    assert pad_overhead(1, 64, buffers) == pytest.approx(
+        3 * PAD_OP_SEC + (2 * 64 * 128 + 128) * PAD_ELEM_SEC
+    )
+    assert pad_overhead(5, 1, buffers) == 0.0  # tile 1: no pad, no slice
+    # without the overhead (the rule before): the 64-row kernel served s=1
+    assert choose_intervals((static,), generic)[0] == (64, static)
+    got = choose_intervals((static,), generic, buffers=buffers)
+    assert got[0][1] is None and got[-1] == (64, static)
+    lo = got[0][0]
+    # the generic kernel serves exactly while its estimate is below the padded kernel's
+    assert 190e-6 * lo / 16 <= static.cost(lo, 1, buffers) < 190e-6 * (lo + 1) / 16
+    assert 1 < lo < 16
+
+
+def test_generic_kernel_serves_small_values_from_a_stored_tune(tmp_path, llvm_target) -> None:
+    """The same case through a real SQLite database as a tune stores it (default schedule and
+    a 64-row-tile record at s=64, the default alone at s=16): the build dispatches s=1 to the
+    generic kernel, observably, and the output matches numpy at every value."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from database import shash_of
+    from tuner.buckets import bucket_tasks
+    from tuner.pipeline import extract_tasks
+
+    path = tmp_path / "proj.py"
+    path.write_text(
+        "from tvm.script import ir as I\n"
+        "from tvm.script import relax as R\n\n\n"
+        "@I.ir_module\n"
+        "class Module:\n"
+        "    @R.function\n"
+        "    def main(x: R.Tensor(('s', 128), 'float32'), w: R.Tensor((128, 128), 'float32'),\n"
+        "             b: R.Tensor((128,), 'float32')):\n"
+        "        with R.dataflow():\n"
+        "            y = R.add(R.matmul(x, w), b)\n"
+        "            R.output(y)\n"
+        "        return y\n\n\n"
+        "def numpy_reference(x, w, b):\n"
+        "    return x @ w + b\n"
+    )
+    model = load_model(path)
+    db = TuneFarmDatabase(Storage(f"sqlite:///{tmp_path / 'p.db'}"), llvm_target)
+    (kernel,) = extract_tasks(prepare(model.mod, llvm_target), llvm_target)
+    measured = {16: (190e-6, None), 64: (750e-6, 11e-6)}  # bucket: (default, tuned 64-row tile)
+    for bt in bucket_tasks(model.mod, llvm_target, {"s": [16, 64]}):
+        value = bt.bucket["s"]
+        base = bt.task.name.split("[", 1)[0]
+        db.workload_id(
+            bt.task.mod, create=True, task_name=base, family=(shash_of(kernel.mod), bt.bucket)
+        )
+        workload = db.commit_workload(bt.task.mod)
+        args_info = ms.arg_info.ArgInfo.from_prim_func(bt.task.mod["main"])
+        default_sec, tuned_sec = measured[value]
+        schedules = [(tvm.s_tir.Schedule(bt.task.mod), default_sec)]
+        if tuned_sec is not None:
+            sch = tvm.s_tir.Schedule(bt.task.mod)
+            blk = sch.get_child_blocks(sch.get_sblock("root"))[0]  # the matmul: rows of 64
+            loop = sch.get_loops(blk)[0]
+            sch.split(loop, sch.sample_perfect_tile(loop, n=2, decision=[1, value]))
+            schedules.append((sch, tuned_sec))
+        for sch, sec in schedules:
+            db.commit_tuning_record(
+                ms.database.TuningRecord(
+                    sch.trace, workload, run_secs=[sec], target=llvm_target, args_info=args_info
+                )
+            )
+    _, plans = add_dispatch(prepare(model.mod, llvm_target), llvm_target, db)
+    (plan,) = plans.values()
+    assert plan.intervals[0][1] is None, plan.describe()  # s=1.. : the generic kernel
+    assert plan.used, plan.describe()  # the 64-row kernel still serves larger values
+    values = [1, 2, 40, 64]
+    results = bench(model, llvm_target, db, [{"s": v} for v in values], repeat=1, min_repeat_ms=1)
+    for value, res in zip(values, results, strict=True):
+        assert res.agree, (value, res.max_abs_err)
+    (name,) = results[0].kernels
+    assert results[0].kernels[name] == "generic"
+    assert results[-1].kernels[name] == "s64_static"
+
+
+def test_bench_flags_values_where_tuned_is_slower() -> None:
+    from tuner.bench import BenchResult, slower_note, slower_shapes
+
+    def result(s: int, untuned: float, tuned: float) -> BenchResult:
+        return BenchResult(
+            untuned_sec=untuned,
+            tuned_sec=tuned,
+            numpy_sec=None,
+            max_abs_err=0.0,
+            reference="untuned",
+            agree=True,
+            tuned_share=1.0,
+            untuned_kernels=[],
+            shape={"s": s},
+            kernels={},
+        )
+
+    results = [result(1, 102e-6, 169e-6), result(16, 500e-6, 100e-6)]
+    assert [r.slower for r in results] == [True, False]
+    assert results[0].to_dict()["slower_than_untuned"] is True
+    assert results[1].to_dict()["slower_than_untuned"] is False
+    assert results[0].speedup_label == "0.60x SLOWER" and results[1].speedup_label == "5.00x"
+    assert slower_shapes(results) == ["s=1"]
+    assert "s=1" in slower_note(results) and "0.60x" in slower_note(results)
+    assert slower_note(results[1:]) is None

@@ -47,6 +47,17 @@ class BenchResult:
         return self.untuned_sec / self.tuned_sec
 
     @property
+    def slower(self) -> bool:
+        """The tuned build ran slower than the untuned default at this shape (a defect: the
+        dispatch rule should have picked the generic kernel)."""
+        return self.tuned_sec > self.untuned_sec
+
+    @property
+    def speedup_label(self) -> str:
+        """``speedup`` for a table, marked where the tuned build is the slower one."""
+        return f"{self.speedup:.2f}x" + (" SLOWER" if self.slower else "")
+
+    @property
     def vs_numpy(self) -> float | None:
         return self.numpy_sec / self.tuned_sec if self.numpy_sec else None
 
@@ -59,7 +70,27 @@ class BenchResult:
         out = asdict(self)
         out["speedup"], out["vs_numpy"] = self.speedup, self.vs_numpy
         out["vs_reference"] = self.vs_reference
+        out["slower_than_untuned"] = self.slower
         return out
+
+
+def slower_shapes(results: list[BenchResult]) -> list[str]:
+    """The shapes (``s=1``, ``static``) at which the tuned build ran slower than untuned."""
+    return [
+        ",".join(f"{k}={v}" for k, v in r.shape.items()) or "static" for r in results if r.slower
+    ]
+
+
+def slower_note(results: list[BenchResult]) -> str | None:
+    """One line naming the shapes where tuned < untuned, or None when there are none."""
+    shapes = slower_shapes(results)
+    if not shapes:
+        return None
+    worst = min(results, key=lambda r: r.speedup)
+    return (
+        f"tuned build SLOWER than the untuned default at {len(shapes)} shape(s): "
+        f"{', '.join(shapes)} (worst {worst.speedup:.2f}x)"
+    )
 
 
 def sweep_values(buckets: list[int], bound: int | None = None) -> list[int]:

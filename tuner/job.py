@@ -30,10 +30,13 @@ from tuner.pipeline import Task, extract_tasks, prepare
 from tuner.progress import ProgressView, TaskState
 from tuner.targets import device_kind
 from workers.config import MeasureConfig
-from workers.ray_pool import Ledger, RayBuilder, RayConnection, RayRunner
+from workers.ray_pool import Ledger, RayBuilder, RayConnection, RayRunner, TrialBudget
 from workers.results import ErrorKind
 
 log = logging.getLogger("tunefarm.job")
+
+# search passes of one job at most (a pass after the first spends slots left by resumed hits)
+MAX_PASSES = 3
 
 
 @dataclass(frozen=True)
@@ -113,7 +116,10 @@ class JobSummary:
 
 @derived_object
 class JobRecorder(PyMeasureCallback):
-    """Commits every measured candidate with its provenance and updates the live view."""
+    """Commits every measured candidate with its provenance and updates the live view.
+
+    Candidates the builder dropped past the trial budget are skipped: no record, no trial.
+    """
 
     def __init__(
         self,
@@ -143,10 +149,13 @@ class JobRecorder(PyMeasureCallback):
     ) -> None:
         workload = self.db.commit_workload(self.tasks[task_id].mod)
         state = self.states[task_id]
+        measured_before = self.measured
         for cand, b_res, r_res in zip(
             measure_candidates, builder_results, runner_results, strict=True
         ):
             entry = self.ledger.pop(b_res.artifact_path)
+            if entry is not None and entry.dropped:
+                continue
             secs = [float(s) for s in r_res.run_secs] if r_res.run_secs else None
             state.trials += 1
             if r_res.error_msg is None and secs:
@@ -179,9 +188,10 @@ class JobRecorder(PyMeasureCallback):
                     build_sec=build.build_sec if build else None,
                 )
             )
-        done = self.trials_before + self.measured + self.resumed
-        self.db.update_job(self.job_id, trials_done=done)
-        self.view.advance(len(measure_candidates))
+        # a resumed hit is one of the records counted in trials_before
+        added = self.measured - measured_before
+        self.db.update_job(self.job_id, trials_done=self.trials_before + self.measured)
+        self.view.advance(added)
 
 
 def _quiet_logger(name: str) -> logging.Logger:
@@ -200,10 +210,12 @@ def measure_baselines(
     runner: RayRunner,
     db: TuneFarmDatabase | None = None,
     job_id: int | None = None,
+    budget: TrialBudget | None = None,
 ) -> list[float | None]:
     """Latency of each task's untuned default build, measured by the same workers.
 
-    With ``db``, each default schedule is also recorded as a candidate (an empty trace).
+    With ``db``, each default schedule is also recorded as a candidate (an empty trace), as
+    long as ``budget`` has a slot for it (every one is measured all the same).
     """
     results = builder.build([BuilderInput(t.mod, target) for t in tasks])
     inputs = []
@@ -217,7 +229,13 @@ def measure_baselines(
         secs = [float(s) for s in r.run_secs] if r.run_secs else None
         ok = bool(secs) and r.error_msg is None
         out.append(sum(secs) / len(secs) if ok else None)
-        if ok and db is not None and entry is not None and not entry.cached:
+        if (
+            ok
+            and db is not None
+            and entry is not None
+            and not entry.cached
+            and (budget is None or budget.take())
+        ):
             # The default schedule is a candidate too: with it recorded, the best record of a
             # task is never slower than the untuned build.
             workload = db.commit_workload(task.mod)
@@ -302,24 +320,25 @@ def tune(
         with RayConnection(address) as _ray:
             # startup: extraction and Ray, less its database transactions (counted there)
             startup_sec = time.perf_counter() - start - (storage.busy_sec - db_busy_at_start)
+            # a hard cap: records already there and the default schedules recorded below
+            # count against --trials, and no search round builds past it
+            budget = TrialBudget(config.trials - trials_before)
             builder = RayBuilder(ledger, config.measure, db)
             runner = RayRunner(ledger, config.measure, device_kind(target))
             try:
                 for state, base in zip(
                     states,
-                    measure_baselines(tasks, target, builder, runner, db, job_id),
+                    measure_baselines(tasks, target, builder, runner, db, job_id, budget),
                     strict=True,
                 ):
                     state.baseline_sec = base
-                # the default schedules just recorded are trials of this job too
-                remaining = config.trials - sum(db.count_records(t.mod, target) for t in tasks)
-                view = ProgressView(states, max(remaining, 0), console)
-                recorder = JobRecorder(
-                    db, ledger, tasks, target, job_id, states, view, config.trials - remaining
-                )
-                if remaining > 0:
+                builder.budget = budget
+                view = ProgressView(states, budget.left, console)
+                recorded = sum(db.count_records(t.mod, target) for t in tasks)
+                recorder = JobRecorder(db, ledger, tasks, target, job_id, states, view, recorded)
+                if budget.left > 0:
                     with view:
-                        _search(tasks, target, db, builder, runner, recorder, config, remaining)
+                        _search(tasks, target, db, builder, runner, recorder, config, budget)
             finally:
                 runner.shutdown()
             waits = {"build_wait": builder.wait_sec, "run_wait": runner.wait_sec}
@@ -374,24 +393,17 @@ def _search(
     runner: RayRunner,
     recorder: JobRecorder,
     config: TuneConfig,
-    remaining: int,
+    budget: TrialBudget,
 ) -> None:
+    """MetaSchedule's search until ``budget`` is spent.
+
+    MetaSchedule counts a candidate measured in an earlier job (a resumed hit, never built)
+    as a trial, so a resumed job can end with slots left: another pass spends them, as long
+    as the pass before recorded something (at most ``MAX_PASSES`` passes in all).
+    """
     preload_tensor_intrin()
     threads = os.cpu_count() or 1
     seed = config.seed if config.seed is not None else -1
-    contexts = [
-        ms.TuneContext(
-            mod=t.mod,
-            target=target,
-            space_generator="post-order-apply",
-            search_strategy="evolutionary",
-            task_name=t.name,
-            rand_state=seed if seed < 0 else seed + i,
-            num_threads=threads,
-            logger=_quiet_logger(t.name),
-        ).clone()
-        for i, t in enumerate(tasks)
-    ]
     cost_model, note = create_cost_model(
         config.cost_model,
         storage=db.storage,
@@ -401,20 +413,41 @@ def _search(
         warm=config.warm_start,
     )
     log.info("cost model %s: %s", config.cost_model, note)
-    with tempfile.TemporaryDirectory(prefix="tunefarm-") as work_dir:
-        ms.tune.tune_tasks(
-            tasks=contexts,
-            task_weights=[float(t.weight) for t in tasks],
-            work_dir=work_dir,
-            max_trials_global=remaining,
-            num_trials_per_iter=trials_per_round(config.trials_per_iter, remaining, len(tasks)),
-            builder=builder,
-            runner=runner,
-            database=db,
-            cost_model=cost_model,
-            measure_callbacks=[recorder, ms.measure_callback.UpdateCostModel()],
-            task_scheduler=ms.TaskScheduler.create("gradient"),
-        )
+    for npass in range(MAX_PASSES):
+        remaining = budget.left
+        if remaining <= 0:
+            break
+        if npass:
+            log.info("%d trial(s) left after resumed hits: search pass %d", remaining, npass + 1)
+        contexts = [
+            ms.TuneContext(
+                mod=t.mod,
+                target=target,
+                space_generator="post-order-apply",
+                search_strategy="evolutionary",
+                task_name=t.name,
+                rand_state=seed if seed < 0 else seed + i + npass * len(tasks),
+                num_threads=threads,
+                logger=_quiet_logger(t.name),
+            ).clone()
+            for i, t in enumerate(tasks)
+        ]
+        with tempfile.TemporaryDirectory(prefix="tunefarm-") as work_dir:
+            ms.tune.tune_tasks(
+                tasks=contexts,
+                task_weights=[float(t.weight) for t in tasks],
+                work_dir=work_dir,
+                max_trials_global=remaining,
+                num_trials_per_iter=trials_per_round(config.trials_per_iter, remaining, len(tasks)),
+                builder=builder,
+                runner=runner,
+                database=db,
+                cost_model=cost_model,
+                measure_callbacks=[recorder, ms.measure_callback.UpdateCostModel()],
+                task_scheduler=ms.TaskScheduler.create("gradient"),
+            )
+        if budget.left == remaining:  # nothing new: the search space is spent
+            break
 
 
 def trials_per_round(cap: int, remaining: int, n_tasks: int) -> int:

@@ -123,6 +123,7 @@ class Entry:
     run: RunResult | None = None
     artifact: Any = None  # ray.ObjectRef of the .so bytes
     cached: bool = False  # measured in an earlier job: nothing was built or run
+    dropped: bool = False  # past the job's trial budget: not built, run or recorded
     rebuild: Any = None  # () -> a new artifact ref, when the first copy is lost with its node
 
 
@@ -147,6 +148,34 @@ class Ledger:
     def pop(self, key: str | None) -> Entry | None:
         with self._lock:
             return self.entries.pop(key or "", None)
+
+
+class TrialBudget:
+    """How many more candidates a job may build, run and record (thread-safe).
+
+    The builder takes one slot per candidate it sends to a build (candidates measured in an
+    earlier job cost nothing); a candidate that finds no slot is dropped, never built.
+    """
+
+    def __init__(self, left: int) -> None:
+        self._left = max(0, left)
+        self._lock = threading.Lock()
+
+    @property
+    def left(self) -> int:
+        with self._lock:
+            return self._left
+
+    def take(self) -> bool:
+        """Take one slot; False when the budget is spent."""
+        with self._lock:
+            if self._left <= 0:
+                return False
+            self._left -= 1
+            return True
+
+
+OVER_BUDGET = "not built: the job's trial budget is spent"
 
 
 def _run_secs_of_row(row: Any) -> RunResult:
@@ -176,6 +205,10 @@ class RayBuilder(PyBuilder):
     (Ray's ``ray.io/node-id`` label selector), and a ``QuarantinedSlot`` marker shows it in
     ``tunefarm workers``. A candidate that fails on both nodes is its own fault: nobody is
     blamed and its result is the error.
+
+    With a ``budget``, each new candidate takes one slot of it before it is built; those past
+    the budget are dropped (a build error for MetaSchedule, :attr:`Entry.dropped` for the
+    job's recorder), so a search round never overshoots the job's trials.
     """
 
     def __init__(
@@ -185,9 +218,11 @@ class RayBuilder(PyBuilder):
         database: TuneFarmDatabase | None = None,
         policy: FaultPolicy | None = None,
         build_fn: str = DEFAULT_BUILD_FN,
+        budget: TrialBudget | None = None,
     ) -> None:
         super().__init__()
         self.ledger = ledger
+        self.budget = budget
         self.config = config
         self.database = database
         self.policy = policy or FaultPolicy()
@@ -234,6 +269,11 @@ class RayBuilder(PyBuilder):
                 entry.cached = True
                 entry.build = BuildResult()
                 entry.run = _run_secs_of_row(row)
+                keys.append(self.ledger.add(entry))
+                continue
+            if self.budget is not None and not self.budget.take():
+                entry.dropped = True
+                entry.build = BuildResult(error_kind=ErrorKind.BUILD_ERROR, error_msg=OVER_BUDGET)
                 keys.append(self.ledger.add(entry))
                 continue
             key = self.ledger.add(entry)
@@ -445,4 +485,5 @@ __all__ = [
     "RayRunner",
     "RunnerPool",
     "SlotSpec",
+    "TrialBudget",
 ]

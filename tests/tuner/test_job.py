@@ -7,6 +7,8 @@ import pytest
 import tvm
 import tvm_ffi
 from tvm import relax
+from tvm.script import ir as I
+from tvm.script import relax as R
 
 from database import Storage, TuneFarmDatabase
 from tests.conftest import TINY
@@ -73,3 +75,45 @@ def test_strict_build_fails_without_records(sqlite_url, llvm_target) -> None:
     model = load_model(TINY)
     with pytest.raises(TuneFarmError, match="no tuned record: fused_matmul_relu"):
         compile(model.mod, llvm_target, TuneFarmDatabase(Storage(sqlite_url)), strict=True)
+
+
+@I.ir_module
+class TwoKernels:
+    """Two tunable kernels: the task scheduler's rounds alternate between them."""
+
+    @R.function
+    def main(
+        x: R.Tensor((32, 64), "float32"),
+        w: R.Tensor((64, 32), "float32"),
+        v: R.Tensor((32, 16), "float32"),
+    ) -> R.Tensor((32, 16), "float32"):
+        with R.dataflow():
+            y = R.nn.relu(R.matmul(x, w))
+            z = R.matmul(y, v)
+            R.output(z)
+        return z
+
+
+def test_trial_budget_is_a_hard_cap(sqlite_url, llvm_target) -> None:
+    """--trials N stores N records, never more: the default schedules count, a resumed job
+    counts what is there, and the last round is cut to the budget.
+
+    Two tasks, 9 searched trials: rounds of 2 (trials_per_round), so an uncut last round
+    stored 12 records for a budget of 11."""
+    from database.queries import stats
+    from workers.ray_pool import RayConnection
+
+    def records() -> int:
+        return stats(Storage(sqlite_url, create=False))["records"]
+
+    def run(trials: int) -> None:
+        measure = MeasureConfig(min_repeat_ms=2, repeat=1)
+        config = TuneConfig(trials=trials, trials_per_iter=4, seed=3, measure=measure)
+        summary = tune(TwoKernels, llvm_target, Storage(sqlite_url), config, model_name="two")
+        assert summary.trials_before + summary.trials_measured == records()
+
+    with RayConnection(num_cpus=2):  # one Ray for both jobs
+        run(1)  # two default schedules measured, one recorded
+        assert records() == 1
+        run(11)  # resumed: 10 more (the other default schedule and 9 searched)
+        assert records() == 11

@@ -242,8 +242,8 @@ def check_reachable(host: str, port: int, what: str, timeout: float = 5.0) -> No
 
 def ray_address(address: str | None) -> str | None:
     """``--address`` of ``tune``/``bench`` as ``ray.init`` takes it, checked to answer before
-    any work; None (start a local Ray instance) without one."""
-    if address is None:
+    any work; None (start a local Ray instance) without one or for ``local``."""
+    if address is None or address.strip() == "local":
         return None
     addr = parse_address(address)
     if addr.scheme == "ray":

@@ -211,8 +211,9 @@ def test_arm64_and_x86_generic_have_distinct_arch_keys(sqlite_url: str) -> None:
 
 # ----------------------------------------------------------------- cluster addresses
 def test_address_is_the_head_on_every_command() -> None:
-    from tuner.cli_common import parse_address
+    from tuner.cli_common import parse_address, ray_address
 
+    assert ray_address(None) is None and ray_address("local") is None
     cases = {
         "head": ("head:6379", "http://head:8265"),
         "head:6379": ("head:6379", "http://head:8265"),
@@ -324,7 +325,9 @@ def test_version_completion_and_defaults_in_help() -> None:
     assert "$TUNEFARM_RAY_DASHBOARD" in _help_text(["jobs"])
 
 
-def test_json_everywhere_and_one_meaning_per_short_flag(empty_db: str) -> None:
+def test_json_everywhere_and_one_meaning_per_short_flag(empty_db: str, tmp_path: Path) -> None:
+    from database import Storage
+
     for command in (
         ["build"],
         ["model", "list"],
@@ -340,3 +343,13 @@ def test_json_everywhere_and_one_meaning_per_short_flag(empty_db: str) -> None:
         assert "--follow" in help_text and "-f" in help_text
     result = runner.invoke(app, ["model", "list", "--json", "--db", empty_db])
     assert result.exit_code == 0 and json.loads(result.stdout) == []
+    other = empty_db.replace("tf.db", "other.db")
+    Storage(other).dispose()
+    result = runner.invoke(app, ["db", "merge", other, "--json", "--db", empty_db])
+    assert json.loads(result.stdout) == {"workloads": 0, "records": 0, "added": 0}
+    out = tmp_path / "tiny.so"
+    result = runner.invoke(app, ["build", str(TINY), "-o", str(out), "--json", "--db", empty_db])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["tuned_calls"] == 0 and data["total_calls"] >= 1 and out.stat().st_size > 0
+    assert {k["source"] for k in data["kernels"]} == {"untuned"}

@@ -47,7 +47,14 @@ def test_measure_config_is_validated() -> None:
 def test_ray_builder_and_runner(llvm_target) -> None:
     import ray
 
-    from workers.ray_pool import Ledger, RayBuilder, RayConnection, RayRunner
+    from workers.ray_pool import (
+        OVER_BUDGET,
+        Ledger,
+        RayBuilder,
+        RayConnection,
+        RayRunner,
+        TrialBudget,
+    )
 
     mod = matmul_mod()
     crash = crashing_mod()
@@ -72,5 +79,10 @@ def test_ray_builder_and_runner(llvm_target) -> None:
         again = builder.build([BuilderInput(mod, llvm_target)])
         res = runner.run([RunnerInput(again[0].artifact_path, "cpu", args)])[0].result()
         assert res.error_msg is None
+        # a trial budget: candidates past it are dropped, never built
+        builder.budget = TrialBudget(1)
+        capped = builder.build([BuilderInput(m, llvm_target) for m in (mod, matmul_mod(8, 8, 8))])
+        assert capped[0].error_msg is None and capped[1].error_msg == OVER_BUDGET
+        assert ledger.get(capped[1].artifact_path).dropped and builder.budget.left == 0
         runner.shutdown()
     assert not ray.is_initialized()

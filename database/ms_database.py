@@ -77,6 +77,47 @@ class WorkloadInfo:
     family: tuple[str, dict[str, int]] | None = None
 
 
+class WorkloadIds:
+    """Row ids of workloads seen in one batch, found by identity first, then by structure.
+
+    Never keyed by ``id()`` of an object it does not hold: ``Workload.mod`` returns a new
+    wrapper on each access, freed at once, so its address is reused by unrelated modules.
+    Each entry holds the objects it was keyed by, so an address cannot be reused while the
+    batch lasts; a miss on identity falls back to structural hash and equality.
+    """
+
+    def __init__(self) -> None:
+        self._by_identity: dict[int, tuple[Workload, int]] = {}
+        self._by_shash: dict[str, list[tuple[IRModule, int]]] = {}
+        self._shash: dict[int, tuple[IRModule, str]] = {}
+
+    def shash(self, mod: IRModule) -> str:
+        """The structural hash of ``mod`` (computed once per held module)."""
+        held = self._shash.get(id(mod))
+        if held is not None and held[0] is mod:
+            return held[1]
+        value = shash_of(mod)
+        self._shash[id(mod)] = (mod, value)
+        return value
+
+    def get(self, workload: Workload) -> int | None:
+        """The row id of ``workload`` when this batch has seen it (or an equal module)."""
+        held = self._by_identity.get(id(workload))
+        if held is not None and held[0] is workload:
+            return held[1]
+        mod = workload.mod
+        for known, wid in self._by_shash.get(self.shash(mod), []):
+            if tvm_ffi.structural_equal(known, mod):
+                self._by_identity[id(workload)] = (workload, wid)
+                return wid
+        return None
+
+    def put(self, workload: Workload, mod: IRModule, wid: int) -> None:
+        """Remember that ``workload`` (whose module is ``mod``) is row ``wid``."""
+        self._by_identity[id(workload)] = (workload, wid)
+        self._by_shash.setdefault(self.shash(mod), []).append((mod, wid))
+
+
 def workload_row_id(
     session: Session,
     mod: IRModule,
@@ -251,18 +292,30 @@ class TuneFarmDatabase(PyDatabase):
 
     # ---------------------------------------------------------------- records
     def commit_tuning_record(self, record: TuningRecord) -> None:
+        """Store a record as MetaSchedule's callbacks hand it over; never raises on its values.
+
+        Stock databases store whatever the runner returned. Here a run with no times or a
+        failed run (stock's 1e10 s) is stored as a ``run_error``, and times that are not
+        positive and finite (a runner that reported 0.0) as ``invalid_result``: kept and counted,
+        never chosen as a best.
+        """
         trace, run_secs, _target, args_info = record.as_json()
         secs = [float(s) for s in run_secs] if run_secs else None
-        failed = not secs or any(s >= 1e9 for s in secs)
+        error_kind, error_msg = None, None
+        if not secs or any(s >= 1e9 for s in secs):
+            error_kind = "run_error"
+        elif any(not math.isfinite(s) or s <= 0 for s in secs):
+            error_kind, error_msg = "invalid_result", f"run times not positive and finite: {secs}"
         self.add(
             Measurement(
                 workload=record.workload,
                 candidate_hash=candidate_hash_of_trace(record.trace, record.workload.mod),
                 trace_json=trace,
                 args_info_json=args_info,
-                run_secs=None if failed else secs,
+                run_secs=secs if error_kind is None else None,
                 target=record.target,
-                error_kind="run_error" if failed else None,
+                error_kind=error_kind,
+                error_msg=error_msg,
             )
         )
 
@@ -308,21 +361,22 @@ class TuneFarmDatabase(PyDatabase):
                 return copied.get(old)
 
             added = 0
-            ids: dict[int, int] = {}
+            ids = WorkloadIds()
             for m, info in items:
-                key = id(m.workload.mod)
-                if key not in ids:
+                wid = ids.get(m.workload)
+                if wid is None:
+                    mod = m.workload.mod
                     wid = workload_row_id(
                         session,
-                        m.workload.mod,
-                        shash=shash_of(m.workload.mod),
+                        mod,
+                        shash=ids.shash(mod),
                         create=True,
                         task_name=info.task_name,
                         family=info.family,
                     )
                     assert wid is not None
-                    ids[key] = wid
-                values = record_values(m, ids[key])
+                    ids.put(m.workload, mod, wid)
+                values = record_values(m, wid)
                 values["job_id"] = import_job
                 rid = session.execute(self._insert_record(values)).scalar()
                 if rid is None:

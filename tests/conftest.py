@@ -1,10 +1,19 @@
-"""Shared fixtures: real TVM kernels, real SQLite files, a real local Ray, one real tune."""
+"""Shared fixtures: real TVM kernels, real SQLite files, a real local Ray, one real tune.
+
+PostgreSQL tests run against ``TUNEFARM_TEST_PG_URL``, else against the documented default
+server (:data:`PG_DEFAULT_URL`, as ``.ci/run`` sets up) when it answers; the end of the run
+names every group of skipped tests with the command that enables it.
+"""
 
 from __future__ import annotations
 
+import functools
 import os
+import re
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tvm
@@ -12,6 +21,133 @@ from tvm import te
 
 DATA = Path(__file__).parent / "data"
 TINY = DATA / "tiny_matmul.py"
+
+PG_ENV = "TUNEFARM_TEST_PG_URL"
+PG_DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"  # .ci/run's server
+
+
+@functools.cache
+def pg_probe() -> tuple[str | None, str]:
+    """(URL of the test PostgreSQL server or None, where it came from or why there is none).
+
+    ``TUNEFARM_TEST_PG_URL`` when set (used as is: a server that is down there fails the
+    tests); else :data:`PG_DEFAULT_URL` when a connection succeeds within 2 s (once a session).
+    """
+    if os.environ.get(PG_ENV):
+        return os.environ[PG_ENV], f"${PG_ENV}"
+    try:
+        import psycopg
+
+        psycopg.connect(PG_DEFAULT_URL, connect_timeout=2).close()
+    except Exception as err:  # any failure means "no server there"
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        return None, f"${PG_ENV} is unset and {PG_DEFAULT_URL} does not answer ({first})"
+    return PG_DEFAULT_URL, "the documented default, probed"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    url, _ = pg_probe()
+    if url:  # tests and their subprocesses that read the variable see the probed server
+        os.environ.setdefault(PG_ENV, url)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    url, why = pg_probe()
+    return f"postgres: {_safe_url(url)} ({why})" if url else f"postgres: skipped, {why}"
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("postgres") and pg_probe()[0] is None:
+        pytest.skip(f"PostgreSQL: {pg_probe()[1]}")
+
+
+def _safe_url(url: str | None) -> str:
+    """``url`` without its password."""
+    return re.sub(r"://([^:/@]+):[^@/]*@", r"://\1:***@", url or "")
+
+
+# --------------------------------------------------------------------------- skipped groups
+@dataclass(frozen=True)
+class SkipGroup:
+    """Skipped tests that one setup step enables: by marker, or by words of the reason."""
+
+    name: str
+    enable: str  # the command (or step) that makes them run
+    markers: tuple[str, ...] = ()
+    words: tuple[str, ...] = ()  # lowercase
+
+    def matches(self, reason: str, keywords: Collection[str]) -> bool:
+        low = reason.lower()
+        return any(m in keywords for m in self.markers) or any(w in low for w in self.words)
+
+
+def _pg_start_command() -> str:
+    versions = sorted(os.listdir("/etc/postgresql")) if os.path.isdir("/etc/postgresql") else []
+    start = (
+        f"pg_ctlcluster {versions[-1]} main start"
+        if versions
+        else "apt-get install postgresql && pg_ctlcluster <version> main start"
+    )
+    return f"{start} (serves {PG_DEFAULT_URL}), or export {PG_ENV}=postgresql://USER@HOST:PORT/DB"
+
+
+SKIP_GROUPS = (
+    SkipGroup("postgres", _pg_start_command(), markers=("postgres",)),
+    SkipGroup(
+        "arm/qemu",
+        "dpkg --add-architecture arm64 && apt-get update && apt-get install qemu-user-static "
+        "gcc-aarch64-linux-gnu g++-aarch64-linux-gnu (as .ci/run does)",
+        words=("qemu", "aarch64", "cross toolchain"),
+    ),
+    SkipGroup(
+        "gpu",
+        "run on a machine with an NVIDIA GPU, nvcc on PATH and a CUDA-enabled TVM runtime "
+        "(the apache-tvm wheel has none: build TVM with USE_CUDA=ON)",
+        markers=("gpu",),
+        words=("cuda", "nvcc", "gpu"),
+    ),
+    SkipGroup(
+        "frontends",
+        ".venv/bin/pip install -e '.[torch,onnx]' (make install does)",
+        words=("could not import 'torch'", "could not import 'onnx'"),
+    ),
+)
+
+
+def skip_reason(report: Any) -> str:
+    """The reason of a skipped test or collection report."""
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    return reason.removeprefix("Skipped: ")
+
+
+def skip_summary(reports: Iterable[Any], groups: Iterable[SkipGroup] = SKIP_GROUPS) -> list[str]:
+    """One line per group of skipped tests, naming it and the command that enables it.
+
+    A skip no group claims is listed by its own reason (such tests do not apply here)."""
+    groups = list(groups)
+    counts: dict[str, int] = {}
+    enable: dict[str, str] = {}
+    for report in reports:
+        reason = skip_reason(report)
+        keywords = set(getattr(report, "keywords", None) or ())
+        group = next((g for g in groups if g.matches(reason, keywords)), None)
+        name = group.name if group else f"other: {reason}"
+        counts[name] = counts.get(name, 0) + 1
+        enable[name] = group.enable if group else "nothing to enable"
+    lines = []
+    for name, n in counts.items():
+        tests = f"{n} test{'s' if n != 1 else ''}"
+        lines.append(f"{name} ({tests} skipped): {enable[name]}")
+    return lines
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    lines = skip_summary(terminalreporter.stats.get("skipped", []))
+    if lines:
+        terminalreporter.section("skipped groups and how to enable them")
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 def matmul_mod(n: int = 16, k: int = 16, m: int = 16) -> tvm.IRModule:
@@ -36,9 +172,9 @@ def any_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'tf.db'}"
         return
-    base = os.environ.get("TUNEFARM_TEST_PG_URL")
+    base, why = pg_probe()
     if not base:
-        pytest.skip("TUNEFARM_TEST_PG_URL is not set")
+        pytest.skip(f"PostgreSQL: {why}")
     import uuid
 
     from sqlalchemy import create_engine, text

@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml
 	@command -v $(PY) >/dev/null 2>&1 || { echo "error: $(PY) not found (set PY=python3.x)"; exit 1; }
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,torch,onnx]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,torch,onnx,hf]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -12,16 +12,80 @@ import re
 from pathlib import Path
 from typing import Any
 
+from benchmarks.baseline import (
+    INVALID_SPREAD,
+    invalid_cell,
+    invalid_figures,
+    invalid_reason,
+    measured_peak,
+)
+
 ROOT = Path(__file__).resolve().parent.parent
 BEGIN, END = "<!-- bench:headline -->", "<!-- /bench:headline -->"
 PHASES = ("startup", "build_wait", "run_wait", "database", "search")
 
 
 # --------------------------------------------------------------------------- helpers
-def _ms(t: dict[str, Any] | None) -> str:
+def _ms(t: dict[str, Any] | None, res: dict[str, Any] | None = None) -> str:
+    """A time in ms ± spread, or ``invalid (...)`` (judged against ``res``'s peak)."""
     if not isinstance(t, dict):
         return "-"
+    why = _why(res or {}, t)
+    if why:
+        return invalid_cell(why)
     return f"{t['median'] * 1e3:.3f} ± {t['spread']:.0%}"
+
+
+def _why(res: dict[str, Any], t: Any) -> str | None:
+    """Why figure ``t`` is invalid in this run (spread, above the measured peak), or None."""
+    return invalid_reason(t, ref_peak(res))
+
+
+def _ratio_cell(res: dict[str, Any], a: dict | None, b: dict | None) -> str:
+    """``a``'s time / ``b``'s as ``1.23x``, or ``invalid (...)`` when either figure is."""
+    for t in (b, a):
+        why = _why(res, t)
+        if why:
+            return invalid_cell(why)
+    return _x(_ratio(a, b))
+
+
+def _valid_ratios(
+    res: dict[str, Any], rows: list[dict[str, Any]], a: str, b: str
+) -> tuple[list[float], list[str]]:
+    """The ratios ``a``/``b`` over ``rows`` where both figures are valid, and the reasons of
+    the rows left out."""
+    ratios, reasons = [], []
+    for r in rows:
+        if not (isinstance(r.get(a), dict) and isinstance(r.get(b), dict)):
+            continue
+        why = _why(res, r[b]) or _why(res, r[a])
+        if why:
+            reasons.append(why)
+        else:
+            ratios.append(_ratio(r[a], r[b]) or 0.0)
+    return [x for x in ratios if x], reasons
+
+
+def summarize_reasons(reasons: list[str]) -> str:
+    """Several invalid-figure reasons in a few words: ``spread up to 31%, above measured peak``."""
+    spreads = [float(r.split()[-1].rstrip("%")) for r in reasons if r.startswith("spread ")]
+    out = []
+    if spreads:
+        many = len(set(spreads)) > 1
+        out.append(f"spread {'up to ' if many else ''}{max(spreads):.0f}%")
+    out += [r for r in dict.fromkeys(reasons) if not r.startswith("spread ")]
+    return ", ".join(out)
+
+
+def _left_out(reasons: list[str], total: int, before: str = " (", after: str = ")") -> str:
+    """`` (3 of 5 values; 2 invalid: spread up to 31%)``, or empty when none or all are."""
+    if not reasons or len(reasons) >= total:
+        return ""
+    return (
+        f"{before}{total - len(reasons)} of {total} values; {len(reasons)} invalid: "
+        f"{summarize_reasons(reasons)}{after}"
+    )
 
 
 def _x(v: float | None, digits: int = 2) -> str:
@@ -51,15 +115,33 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def ref_peak(res: dict[str, Any]) -> float | None:
-    """The better of the run's two SGEMM calibrations (start, end): load only lowers it."""
-    peaks = [res.get(k, {}).get("gflops") for k in ("peak", "peak_after")]
-    peaks = [p for p in peaks if p]
-    return max(peaks) if peaks else None
+    """The better of the run's two SGEMM calibrations (start, end) whose spread is valid: load
+    only lowers it (both when neither is valid; :func:`peak_invalid` says so)."""
+    return measured_peak([res.get("peak"), res.get("peak_after")])[0]
+
+
+def invalid_list(res: dict[str, Any]) -> list[str]:
+    """The run's invalid figures: the suite's list, or judged here for older results files."""
+    if "invalid" in res:
+        return list(res["invalid"])
+    parts = ("peak", "peak_after", "kernels", "examples")
+    return invalid_figures({k: res.get(k) for k in parts}, ref_peak(res), stamp=False)
+
+
+def peak_invalid(res: dict[str, Any]) -> str | None:
+    """Why the run's measured peak is invalid (every calibration spread too much), or None."""
+    return measured_peak([res.get("peak"), res.get("peak_after")])[1]
 
 
 def _peak_frac(res: dict[str, Any], t: Any) -> float | None:
     peak = ref_peak(res)
     return t["gflops"] / peak if isinstance(t, dict) and peak and "gflops" in t else None
+
+
+def _peak_cell(res: dict[str, Any], t: Any) -> str:
+    """The fraction of the measured peak, or ``invalid (...)``."""
+    why = _why(res, t) or (peak_invalid(res) if isinstance(t, dict) else None)
+    return invalid_cell(why) if why else _pct(_peak_frac(res, t))
 
 
 def _skipped(part: dict[str, Any] | None) -> str | None:
@@ -79,16 +161,18 @@ def headline(res: dict[str, Any]) -> list[str]:
     rows = (res.get("kernels") or {}).get("rows") or []
     if rows:
         on = [r for r in rows if r.get("on_bucket")]
-        vs_stock = geomean([_ratio(r.get("stock"), r.get("tuned")) for r in on])
-        vs_untuned = geomean([_ratio(r.get("untuned"), r.get("tuned")) for r in rows])
-        vs_numpy = geomean([_ratio(r.get("numpy"), r.get("tuned")) for r in rows])
-        best = max((_peak_frac(res, r.get("tuned")) or 0 for r in rows), default=0)
-        if vs_untuned:
+        stock, stock_bad = _valid_ratios(res, on, "stock", "tuned")
+        untuned, untuned_bad = _valid_ratios(res, rows, "untuned", "tuned")
+        numpy, numpy_bad = _valid_ratios(res, rows, "numpy", "tuned")
+        vs_stock, vs_untuned, vs_numpy = geomean(stock), geomean(untuned), geomean(numpy)
+        if vs_untuned or untuned_bad:
             out.append(
                 f"QKV matmul X[M,768]·W[768,2304], M swept over {[r['M'] for r in rows]}: "
-                f"TuneFarm's one symbolic build is **{_x(vs_untuned, 1)}** faster than the untuned "
-                f"default (geomean) and runs at **{_x(vs_numpy)}** numpy/OpenBLAS's speed; best "
-                f"{best:.0%} of the measured SGEMM peak."
+                f"TuneFarm's one symbolic build is "
+                f"{_geo_phrase(vs_untuned, untuned_bad, 1)} faster than the untuned default "
+                f"(geomean{_left_out(untuned_bad, len(rows), ' over ', '')}) and runs at "
+                f"{_geo_phrase(vs_numpy, numpy_bad)} numpy/OpenBLAS's speed"
+                f"{_left_out(numpy_bad, len(rows))}; {_best_peak_phrase(res, rows)}."
             )
         weak = [
             f"{r['M']} ({_x(_ratio(r.get('untuned'), r.get('tuned')))})"
@@ -108,12 +192,15 @@ def headline(res: dict[str, Any]) -> list[str]:
                     else "."
                 )
             )
-        if vs_stock:
+        if vs_stock or stock_bad:
+            n_stock = sum(isinstance(r.get("stock"), dict) for r in on)
             out.append(
-                f"At the tuned buckets, TuneFarm's kernels run at **{_x(vs_stock)}** the speed "
-                f"of stock MetaSchedule's `tune_tir` kernels at the same budget "
-                f"({res['settings']['trials_per_bucket']} trials per bucket); stock MetaSchedule "
-                f"has no kernel for the other M values."
+                f"At the tuned buckets, TuneFarm's kernels run at "
+                f"{_geo_phrase(vs_stock, stock_bad)} the speed of stock MetaSchedule's "
+                f"`tune_tir` kernels at the same budget "
+                f"({res['settings']['trials_per_bucket']} trials per bucket)"
+                f"{_left_out(stock_bad, n_stock)}; stock MetaSchedule has no kernel for the "
+                "other M values."
             )
     eff = res.get("efficiency") or {}
     if "TuneFarm" in eff:
@@ -135,12 +222,39 @@ def headline(res: dict[str, Any]) -> list[str]:
         if disp:
             line += f"; {dispatch_phrase(disp)}"
         out.append(line + ".")
+    invalid = invalid_list(res)
+    if invalid:
+        out.append(
+            f"**Invalid figures**: {len(invalid)} figure(s) spread by more than "
+            f"{INVALID_SPREAD:.0%} over repeats or ran above the measured peak; they are "
+            "reported as invalid, not as ratios."
+        )
     if res.get("noisy_run"):
         out.append(
             f"**Noisy run**: {len(res.get('noisy', []))} figure(s) vary by more than 10% over "
             f"repeats (load average {_load(res)}); re-run `make bench` on a quiet machine."
         )
     return out
+
+
+def _geo_phrase(value: float | None, reasons: list[str], digits: int = 2) -> str:
+    """A bold geomean, or ``invalid (...)`` when every figure behind it was invalid."""
+    if value:
+        return f"**{_x(value, digits)}**"
+    return f"**{invalid_cell(summarize_reasons(reasons) or 'no figures')}**"
+
+
+def _best_peak_phrase(res: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    """``best 51% of the measured SGEMM peak`` over the valid TuneFarm figures, else why not."""
+    why = peak_invalid(res)
+    if why:
+        return f"fraction of the measured SGEMM peak {invalid_cell(why)}"
+    tuned = [r.get("tuned") for r in rows if isinstance(r.get("tuned"), dict)]
+    valid = [_peak_frac(res, t) or 0.0 for t in tuned if not _why(res, t)]
+    if valid:
+        return f"best {max(valid):.0%} of the measured SGEMM peak"
+    reasons = summarize_reasons([_why(res, t) or "" for t in tuned])
+    return f"fraction of the measured SGEMM peak {invalid_cell(reasons)}"
 
 
 def span(values: list[float], fmt: str = "{:.2f}") -> str:
@@ -203,7 +317,9 @@ def plot_kernels(res: dict[str, Any], path: Path) -> bool:
         "stock": ("stock MetaSchedule (static, per bucket)", "D"),
     }
     for key, (label, style) in styles.items():
-        pts = [(r["M"], r[key]) for r in rows if isinstance(r.get(key), dict)]
+        pts = [
+            (r["M"], r[key]) for r in rows if isinstance(r.get(key), dict) and not _why(res, r[key])
+        ]
         if not pts:
             continue
         xs = [p[0] for p in pts]
@@ -217,7 +333,7 @@ def plot_kernels(res: dict[str, Any], path: Path) -> bool:
         ax.axvline(b, color="#ddd", zorder=0)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("M (rows of X); grey verticals: tuned buckets")
-    ax.set_ylabel("GFLOPS (median; bars: spread)")
+    ax.set_ylabel("GFLOPS (median; bars: spread; invalid figures left out)")
     ax.set_title("X[M,768]·W[768,2304], float32, CPU")
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -316,20 +432,25 @@ def _kernels(res: dict[str, Any], img: str | None) -> list[str]:
             [
                 r["M"],
                 "on" if r.get("on_bucket") else "off",
-                _ms(r.get("untuned")),
-                _ms(tuned),
-                _ms(r.get("numpy")),
-                _ms(r.get("stock")),
+                _ms(r.get("untuned"), res),
+                _ms(tuned, res),
+                _ms(r.get("numpy"), res),
+                _ms(r.get("stock"), res),
                 f"{tuned['gflops']:.1f}" if isinstance(tuned, dict) else "-",
-                _pct(_peak_frac(res, tuned)),
-                _x(_ratio(r.get("untuned"), tuned)),
-                _x(_ratio(r.get("numpy"), tuned)),
-                _x(_ratio(r.get("stock"), tuned)),
+                _peak_cell(res, tuned),
+                _ratio_cell(res, r.get("untuned"), tuned),
+                _ratio_cell(res, r.get("numpy"), tuned),
+                _ratio_cell(res, r.get("stock"), tuned),
                 "yes" if r.get("tuned_agree", r.get("untuned_agree")) else "NO",
             ]
         )
     out += _table(header, rows)
-    out.append("`vs X` = X's time / TuneFarm's time (above 1: TuneFarm is faster).")
+    out.append(
+        "`vs X` = X's time / TuneFarm's time (above 1: TuneFarm is faster). A figure whose "
+        f"spread is above {INVALID_SPREAD:.0%} or whose rate is above the measured peak reads "
+        "`invalid (...)`, and so does every ratio and peak fraction built on it (see "
+        "[Baselines and protocol](#baselines-and-protocol))."
+    )
     out.append("")
     if img:
         out += [f"![kernel GFLOPS over M]({img})", ""]
@@ -368,11 +489,11 @@ def _examples(res: dict[str, Any]) -> list[str]:
         [
             r["b"],
             "on" if r.get("on_bucket") else "off",
-            _ms(r.get("untuned")),
-            _ms(r.get("tuned")),
-            _ms(r.get("numpy")),
-            _x(_ratio(r.get("untuned"), r.get("tuned"))),
-            _x(_ratio(r.get("numpy"), r.get("tuned"))),
+            _ms(r.get("untuned"), res),
+            _ms(r.get("tuned"), res),
+            _ms(r.get("numpy"), res),
+            _ratio_cell(res, r.get("untuned"), r.get("tuned")),
+            _ratio_cell(res, r.get("numpy"), r.get("tuned")),
             "yes" if r.get("tuned_agree", r.get("untuned_agree")) else "NO",
         ]
         for r in part["rows"]
@@ -608,6 +729,7 @@ def _machine(res: dict[str, Any], results_file: str | None) -> list[str]:
     vers = ", ".join(f"{k} {v}" for k, v in res.get("versions", {}).items())
     after = res.get("peak_after", {}).get("gflops")
     nominal = peak.get("nominal_gflops")
+    bad_peak = peak_invalid(res)
     out = [
         "## Run",
         "",
@@ -619,7 +741,8 @@ def _machine(res: dict[str, Any], results_file: str | None) -> list[str]:
         f"- peak: OpenBLAS SGEMM {peak.get('sgemm_n')}³ at **{peak.get('gflops', 0):.1f} GFLOPS** "
         f"(± {peak.get('sec', {}).get('spread', 0):.0%}) at the start, "
         f"{after or 0:.1f} at the end"
-        + (f"; nominal 2-core AVX2 FMA peak {nominal:.0f} GFLOPS" if nominal else ""),
+        + (f"; nominal 2-core AVX2 FMA peak {nominal:.0f} GFLOPS" if nominal else "")
+        + (f"; **{invalid_cell(bad_peak)}**: no figure is judged against it" if bad_peak else ""),
         f"- settings: `{json.dumps(res.get('settings', {}))}`",
         f"- suite wall time: {res.get('wall_sec', 0):.0f} s; per part: "
         + ", ".join(f"{k} {v:.0f} s" for k, v in res.get("part_sec", {}).items()),
@@ -641,6 +764,60 @@ def _machine(res: dict[str, Any], results_file: str | None) -> list[str]:
     return out
 
 
+def _protocol(res: dict[str, Any]) -> list[str]:
+    """How the baselines were timed in this run (see :mod:`benchmarks.baseline`)."""
+    out = ["## Baselines and protocol", ""]
+    base = res.get("baseline")
+    if not isinstance(base, dict):
+        return [
+            *out,
+            "This run timed numpy/OpenBLAS and the SGEMM peak in the same process as TVM, "
+            "before the baseline process existed: TVM's pool workers spin after each kernel "
+            "call and fight OpenBLAS's threads, so its numpy figures and peak are not reliable. "
+            f"Figures that spread by more than {INVALID_SPREAD:.0%} or run above the measured "
+            "peak read `invalid (...)`.",
+            "",
+        ]
+    pq, cq = base.get("parent_quiet", {}), base.get("child_quiet", {})
+
+    def waits(q: dict[str, Any]) -> str:
+        if not q.get("n"):
+            return "none"
+        med, top = q.get("median_ms"), q.get("max_ms")
+        text = f"median {med:.0f} ms, at most {top:.0f} ms" if med is not None else "-"
+        if q.get("timed_out"):
+            text += f"; **{q['timed_out']} of {q['n']} timed out** (still busy after 3 s)"
+        return text
+
+    spin = base.get("tvm_spin_count")
+    out += [
+        "numpy/OpenBLAS and the SGEMM peak run in a long-lived child process "
+        f"(`benchmarks.baseline`, pid {base.get('pid')}) that never imports tvm "
+        f"(checked: tvm imported there: {base.get('tvm_imported')}), with "
+        f"{base.get('threads')} OpenBLAS threads, as many as `TVM_NUM_THREADS`. After a kernel "
+        "call TVM's pool workers spin (`sched_yield`) for `TVM_THREAD_POOL_SPIN_COUNT` "
+        f"iterations ({'300,000, the default' if spin is None else spin}); TVM reads that knob "
+        "once per process, so the suite leaves TVM at its default and waits instead: before "
+        "each baseline repeat the suite's process waits until its own threads use under "
+        f"{base.get('quiet_cpu', 0.1):.0%} of a core over 20 ms, and the child does the same "
+        "before handing the cores back. TVM and baseline repeats alternate (one repeat of "
+        "each figure per round, order rotated), so a load change hits every figure.",
+        "",
+        f"- waits for TVM's threads to go idle: {waits(pq)}",
+        f"- waits for OpenBLAS's threads to go idle: {waits(cq)}",
+        f"- a figure whose spread over repeats is above {INVALID_SPREAD:.0%}, or whose rate is "
+        "above the measured SGEMM peak, reads `invalid (...)` in every table and in the "
+        "headline instead of a ratio; figures above 10% are listed as noisy.",
+        "",
+    ]
+    invalid = invalid_list(res)
+    if invalid:
+        out += ["<details><summary>invalid figures</summary>", ""]
+        out += [f"- `{n}`" for n in invalid[:60]]
+        out += ["", "</details>", ""]
+    return out
+
+
 # --------------------------------------------------------------------------- entry
 def render(res: dict[str, Any], imgs: dict[str, str], results_file: str | None = None) -> str:
     lines = [
@@ -654,6 +831,7 @@ def render(res: dict[str, Any], imgs: dict[str, str], results_file: str | None =
         *(f"- {h}" for h in headline(res)),
         "",
         *_machine(res, results_file),
+        *_protocol(res),
         *_kernels(res, imgs.get("kernels")),
         *_examples(res),
         *_efficiency(res, imgs.get("efficiency")),

@@ -6,6 +6,10 @@ Parts (``--parts``, default all):
   TuneFarm at a few M buckets, swept over M on and off them: TuneFarm tuned vs the untuned
   default vs numpy/OpenBLAS vs stock MetaSchedule (``ms.tune_tir`` on the static shape of each
   bucket at the same budget), and the fraction of the peak measured by a large OpenBLAS SGEMM.
+  numpy and the SGEMM peak run in a child process that never imports tvm
+  (:mod:`benchmarks.baseline`), with as many threads as TVM, interleaved repeat by repeat with
+  the TVM timings; a figure whose spread is above 25% or whose rate is above the measured peak
+  is reported as invalid, not as a ratio.
 - ``examples``: the dynamic MLP example over its batch size (tuned vs untuned vs numpy).
 - ``efficiency``: best-so-far latency vs trials and vs wall time, TuneFarm vs ``ms.tune_tir`` on
   the same task (the largest bucket) and budget; trials to 90% of the better final.
@@ -35,7 +39,6 @@ import logging
 import os
 import platform
 import socket
-import statistics
 import sys
 import tempfile
 import time
@@ -45,6 +48,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from benchmarks.baseline import (
+    INVALID_SPREAD,
+    MATMUL,
+    BaselineProcess,
+    baseline_threads,
+    interleave,
+    invalid_figures,
+    invalid_reason,
+    measured_peak,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -110,46 +124,23 @@ class Settings:
         )
 
 
-# --------------------------------------------------------------------------- statistics
-def stat(samples: list[float]) -> dict[str, Any]:
-    """Median and relative spread ((max - min) / median) of repeated measurements."""
-    med = statistics.median(samples)
-    spread = (max(samples) - min(samples)) / med if med > 0 else 0.0
-    return {"median": med, "spread": spread, "n": len(samples)}
+# --------------------------------------------------------------------------- timing
+def tvm_timer(func: Any, name: str, dev: Any, args: list[Any], s: Settings) -> Callable[[], float]:
+    """One repeat of ``func[name]`` per call (TVM's time evaluator, at least ``min_repeat_ms``):
+    a timer for :func:`benchmarks.baseline.interleave`."""
+    evaluator = func.time_evaluator(name, dev, number=1, repeat=1, min_repeat_ms=s.min_repeat_ms)
+    return lambda: float(evaluator(*args).results[0])
 
 
-def time_python(fn: Callable[[], Any], repeats: int, min_ms: int) -> dict[str, Any]:
-    """Seconds per call of ``fn``: each repeat loops for at least ``min_ms``."""
-    fn()
-    samples = []
-    for _ in range(repeats):
-        number, start = 0, time.perf_counter()
-        while True:
-            fn()
-            number += 1
-            elapsed = time.perf_counter() - start
-            if elapsed * 1e3 >= min_ms:
-                break
-        samples.append(elapsed / number)
-    return stat(samples)
-
-
-def time_tvm(func: Any, name: str, dev: Any, args: list[Any], s: Settings) -> dict[str, Any]:
-    """Seconds per call of ``func[name]`` by TVM's time evaluator (median over repeats)."""
-    timer = func.time_evaluator(
-        name, dev, number=1, repeat=s.repeats, min_repeat_ms=s.min_repeat_ms
-    )
-    return stat([float(x) for x in timer(*args).results])
-
-
-def calibrate_peak(s: Settings) -> dict[str, Any]:
-    """The machine's float32 peak as reached by a large OpenBLAS SGEMM, plus the nominal."""
-    rng = np.random.default_rng(0)
+def calibrate_peak(s: Settings, baseline: BaselineProcess) -> dict[str, Any]:
+    """The machine's float32 peak as reached by a large OpenBLAS SGEMM in the baseline process
+    (away from TVM's threads), plus the nominal peak."""
     n = s.peak_n
-    a = rng.standard_normal((n, n), dtype=np.float32)
-    b = rng.standard_normal((n, n), dtype=np.float32)
-    t = time_python(lambda: a @ b, s.repeats, 200)
+    baseline.load("sgemm", MATMUL)
+    baseline.set_random_args("sgemm", [(n, n), (n, n)])
+    t = baseline.time("sgemm", s.repeats, 200)
     gflops = 2 * n**3 / t["median"] / 1e9
+    t["gflops"] = gflops
     return {"sgemm_n": n, "sec": t, "gflops": gflops, "nominal_gflops": nominal_peak_gflops()}
 
 
@@ -174,6 +165,7 @@ class Run:
     tmp: str
     log: Callable[[str], None]
     results: dict[str, Any] = field(default_factory=dict)
+    baseline: BaselineProcess | None = None
     _target: Any = None
     _tuned: dict[str, Any] | None = None
 
@@ -358,6 +350,9 @@ def _tunefarm_static(db: Any, task: Any, target: Any) -> Any:
     return sch.mod["main"]
 
 
+Timers = dict[str, Callable[[], float]]
+
+
 def sweep(
     run: Run,
     model: Any,
@@ -365,9 +360,10 @@ def sweep(
     values: tuple[int, ...],
     db: Any,
     flops_of: Callable[[int], float],
-    extra: Callable[[int, list[np.ndarray]], dict[str, Any]] | None = None,
+    extra: Callable[[int, list[np.ndarray]], tuple[dict[str, Any], Timers]] | None = None,
 ) -> list[dict[str, Any]]:
-    """Time untuned, tuned (when ``db``) and numpy at each value of ``var``, same inputs."""
+    """Time untuned, tuned (when ``db``), ``extra``'s kernels and numpy at each value of
+    ``var`` on the same inputs, one repeat of each in turn (numpy in the baseline process)."""
     import tvm
     from tvm import relax
 
@@ -375,11 +371,15 @@ def sweep(
     from tuner.compile import compile
 
     s, target, dev = run.settings, run.target, tvm.cpu()
+    assert run.baseline is not None
     untuned_ex, _ = compile(model.mod, target, None)
     vms = {"untuned": relax.VirtualMachine(untuned_ex, dev)}
     if db is not None:
         tuned_ex, _ = compile(model.mod, target, db)
         vms["tuned"] = relax.VirtualMachine(tuned_ex, dev)
+    ref = _reference(model)
+    key = f"{Path(ref['path']).stem}-numpy"
+    run.baseline.load(key, ref)
     peak = run.results.get("peak", {}).get("gflops")
     rows = []
     for value in values:
@@ -387,30 +387,45 @@ def sweep(
         targs = [tvm.runtime.tensor(a, device=dev) for a in args]
         expected = _flatten([np.asarray(model.numpy_reference(*args))])
         row: dict[str, Any] = {var: value, "flops": flops_of(value)}
+        timers: Timers = {}
         for name, vm in vms.items():
             _, agree = _compare(_flatten(vm["main"](*targs)), expected)
-            row[name] = time_tvm(vm, "main", dev, targs, s)
             row[f"{name}_agree"] = agree
-        row["numpy"] = time_python(
-            lambda args=args: model.numpy_reference(*args), s.repeats, s.min_repeat_ms
-        )
+            timers[name] = tvm_timer(vm, "main", dev, targs, s)
         if extra is not None:
-            row.update(extra(value, args))
-        for key in ("untuned", "tuned", "numpy", "stock", "static"):
-            if isinstance(row.get(key), dict):
-                gf = row["flops"] / row[key]["median"] / 1e9
-                row[key]["gflops"] = gf
-                row[key]["peak_fraction"] = gf / peak if peak else None
+            info, more = extra(value, args)
+            row.update(info)
+            timers.update(more)
+        run.baseline.set_args(key, args)
+        timers["numpy"] = lambda: run.baseline.sample(key, s.min_repeat_ms)  # type: ignore[union-attr]
+        row.update(interleave(timers, s.repeats))
+        for name in ("untuned", "tuned", "numpy", "stock", "static"):
+            if isinstance(row.get(name), dict):
+                gf = row["flops"] / row[name]["median"] / 1e9
+                row[name]["gflops"] = gf
+                row[name]["peak_fraction"] = gf / peak if peak else None
+                row[name]["invalid"] = invalid_reason(row[name], peak)
         rows.append(row)
         run.log(
             f"  {var}={value}: "
             + ", ".join(
                 f"{k} {row[k]['median'] * 1e3:.3f} ms"
+                + (f" (invalid: {row[k]['invalid']})" if row[k]["invalid"] else "")
                 for k in ("untuned", "tuned", "numpy", "stock")
                 if isinstance(row.get(k), dict)
             )
         )
     return rows
+
+
+def _reference(model: Any) -> dict[str, Any]:
+    """The baseline process's copy of ``model.numpy_reference`` (its file, tvm parts skipped)."""
+    import inspect
+
+    path = inspect.getsourcefile(model.numpy_reference)
+    if path is None:
+        raise ValueError("the model's numpy_reference has no source file")
+    return {"kind": "file", "path": str(Path(path).resolve()), "name": "numpy_reference"}
 
 
 def part_kernels(run: Run) -> dict[str, Any]:
@@ -433,16 +448,18 @@ def part_kernels(run: Run) -> dict[str, Any]:
             if func is not None:
                 static_libs[bucket] = _build_kernel(func, target)
 
-    def extra(m: int, args: list[np.ndarray]) -> dict[str, Any]:
+    def extra(m: int, args: list[np.ndarray]) -> tuple[dict[str, Any], Timers]:
         out: dict[str, Any] = {"on_bucket": m in s.buckets}
+        timers: Timers = {}
         targs = [tvm.runtime.tensor(a, device=dev) for a in args]
         targs.append(tvm.runtime.empty((m, N), "float32", dev))
         for key, libs in (("stock", stock_libs), ("static", static_libs)):
             if m in libs:
-                out[key] = time_tvm(libs[m], "main", dev, targs, s)
+                libs[m]["main"](*targs)
                 ok = np.allclose(targs[-1].numpy(), args[0] @ args[1], rtol=1e-3, atol=1e-3)
                 out[f"{key}_agree"] = bool(ok)
-        return out
+                timers[key] = tvm_timer(libs[m], "main", dev, targs, s)
+        return out, timers
 
     run.log("kernels: sweeping M")
     rows = sweep(run, tuned["model"], "M", s.values, db, lambda m: 2.0 * m * K * N, extra)
@@ -695,8 +712,11 @@ def run_suite(
 ) -> dict[str, Any]:
     """Run ``parts`` in order; a part that fails is recorded as an error, not fatal."""
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="tunefarm-suite-") as tmp:
-        run = Run(settings, tmp, log)
+    with (
+        tempfile.TemporaryDirectory(prefix="tunefarm-suite-") as tmp,
+        BaselineProcess(baseline_threads()) as baseline,
+    ):
+        run = Run(settings, tmp, log, baseline=baseline)
         res = run.results
         res.update(
             {
@@ -708,8 +728,11 @@ def run_suite(
                 "parts": list(parts),
             }
         )
-        log("calibrating peak with a large OpenBLAS SGEMM")
-        res["peak"] = calibrate_peak(settings)
+        log(
+            f"baseline process {baseline.info['pid']} (no tvm), {baseline.threads} threads; "
+            "calibrating peak with a large OpenBLAS SGEMM there"
+        )
+        res["peak"] = calibrate_peak(settings, baseline)
         log(f"  peak {res['peak']['gflops']:.1f} GFLOPS (SGEMM {settings.peak_n}^3)")
         res["target"] = str(run.target)
         for part in [p for p in PARTS if p in parts]:
@@ -723,13 +746,16 @@ def run_suite(
             res.setdefault("part_sec", {})[part] = time.perf_counter() - t0
         if run._tuned is not None and "storage" in run._tuned:
             run._tuned["storage"].dispose()
-    res["peak_after"] = calibrate_peak(settings)
+        res["peak_after"] = calibrate_peak(settings, baseline)
+        res["baseline"] = baseline.summary()
     drift = abs(res["peak_after"]["gflops"] / res["peak"]["gflops"] - 1)
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     res["machine"]["loadavg_end"] = list(load) if load else None
     res["noisy"] = noisy_figures({k: res.get(k) for k in ("peak", "peak_after", *PARTS)})
     res["peak_drift"] = drift
     res["noisy_run"] = bool(res["noisy"]) or drift > NOISY_SPREAD
+    peak, _ = measured_peak([res.get("peak"), res.get("peak_after")])
+    res["invalid"] = invalid_figures({k: res.get(k) for k in ("peak", "peak_after", *PARTS)}, peak)
     res["wall_sec"] = time.perf_counter() - start
     return _jsonable(res)
 
@@ -771,6 +797,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.example_trials is not None:
         settings = replace(settings, example_trials_per_task=args.example_trials)
     os.environ.setdefault("TVM_NUM_THREADS", str(os.cpu_count() or 1))
+    # the baseline process gets the same count (benchmarks.baseline.baseline_threads)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", os.environ["TVM_NUM_THREADS"])
     t0 = time.perf_counter()
 
     def log(msg: str) -> None:
@@ -786,6 +814,11 @@ def main(argv: list[str] | None = None) -> int:
 
         path = write_report(results, args.report, results_file=out)
         log(f"wrote {path}")
+    if results["invalid"]:
+        log(
+            f"INVALID: {len(results['invalid'])} figure(s) spread by more than "
+            f"{INVALID_SPREAD:.0%} or ran above the measured peak; reported as invalid"
+        )
     if results["noisy_run"]:
         log(f"NOISY RUN: {len(results['noisy'])} figure(s) vary by more than {NOISY_SPREAD:.0%}")
     failed = [p for p in args.parts if isinstance(results.get(p), dict) and "error" in results[p]]

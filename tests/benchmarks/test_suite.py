@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.baseline import stat
 from benchmarks.report import (
     BEGIN,
     END,
@@ -16,7 +17,7 @@ from benchmarks.report import (
     span,
     write_report,
 )
-from benchmarks.suite import Settings, best_so_far, noisy_figures, run_suite, stat, to_target
+from benchmarks.suite import Settings, best_so_far, noisy_figures, run_suite, to_target
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -764,55 +764,64 @@ def _machine(res: dict[str, Any], results_file: str | None) -> list[str]:
     return out
 
 
+PROTOCOL = (
+    "After a kernel call TVM's pool workers spin-wait (`sched_yield` in a loop, "
+    "`TVM_THREAD_POOL_SPIN_COUNT` iterations, 300,000 by default; 0.1–0.6 s on this 2-core "
+    "machine) and fight OpenBLAS's threads for the cores: numpy timed in the same process right "
+    "after TVM calls spread by up to 7,100% and the SGEMM peak came out below what TVM kernels "
+    "reached. So numpy/OpenBLAS and the SGEMM peak run in a long-lived child process "
+    "(`benchmarks/baseline.py`) that never imports tvm, with as many OpenBLAS threads as "
+    "`TVM_NUM_THREADS`. `TVM_THREAD_POOL_SPIN_COUNT=0` stops the spinning, but TVM reads it "
+    "once per process (at the pool's first use), so it cannot be switched off for the "
+    "baselines' phase alone, and setting it for the whole run would change the TVM figures "
+    "(a wake-up per parallel launch); the suite leaves it at TVM's default and waits instead: "
+    "before each baseline repeat the suite's process waits until its own threads use under 10% "
+    "of a core over 20 ms, and the child does the same for OpenBLAS's threads before handing "
+    "the cores back. TVM and baseline repeats alternate (one repeat of each figure per round, "
+    "order rotated every round), so a load change hits every figure. A figure whose spread "
+    f"over repeats is above {INVALID_SPREAD:.0%}, or whose rate is above the measured SGEMM "
+    "peak, reads `invalid (spread 31%)` / `invalid (above measured peak)` in the tables and "
+    "the headline instead of a ratio; figures above 10% are listed as noisy. "
+    "`python -m benchmarks.baseline_check` shows the effect on one matmul."
+)
+
+
 def _protocol(res: dict[str, Any]) -> list[str]:
-    """How the baselines were timed in this run (see :mod:`benchmarks.baseline`)."""
-    out = ["## Baselines and protocol", ""]
+    """How the baselines are timed (see :mod:`benchmarks.baseline`), and in this run."""
+    out = ["## Baselines and protocol", "", PROTOCOL, ""]
     base = res.get("baseline")
     if not isinstance(base, dict):
-        return [
-            *out,
-            "This run timed numpy/OpenBLAS and the SGEMM peak in the same process as TVM, "
-            "before the baseline process existed: TVM's pool workers spin after each kernel "
-            "call and fight OpenBLAS's threads, so its numpy figures and peak are not reliable. "
-            f"Figures that spread by more than {INVALID_SPREAD:.0%} or run above the measured "
-            "peak read `invalid (...)`.",
+        out += [
+            "**This run predates the baseline process**: it timed numpy/OpenBLAS and the SGEMM "
+            "peak in the same process as TVM, so its numpy figures and peak are not reliable; "
+            "the figures above are judged by the rules above.",
             "",
         ]
-    pq, cq = base.get("parent_quiet", {}), base.get("child_quiet", {})
+    else:
+        pq, cq = base.get("parent_quiet", {}), base.get("child_quiet", {})
 
-    def waits(q: dict[str, Any]) -> str:
-        if not q.get("n"):
-            return "none"
-        med, top = q.get("median_ms"), q.get("max_ms")
-        text = f"median {med:.0f} ms, at most {top:.0f} ms" if med is not None else "-"
-        if q.get("timed_out"):
-            text += f"; **{q['timed_out']} of {q['n']} timed out** (still busy after 3 s)"
-        return text
+        def waits(q: dict[str, Any]) -> str:
+            if not q.get("n"):
+                return "none"
+            med, top = q.get("median_ms"), q.get("max_ms")
+            text = f"median {med:.0f} ms, at most {top:.0f} ms" if med is not None else "-"
+            if q.get("timed_out"):
+                text += f"; **{q['timed_out']} of {q['n']} timed out** (still busy after 3 s)"
+            return text
 
-    spin = base.get("tvm_spin_count")
-    out += [
-        "numpy/OpenBLAS and the SGEMM peak run in a long-lived child process "
-        f"(`benchmarks.baseline`, pid {base.get('pid')}) that never imports tvm "
-        f"(checked: tvm imported there: {base.get('tvm_imported')}), with "
-        f"{base.get('threads')} OpenBLAS threads, as many as `TVM_NUM_THREADS`. After a kernel "
-        "call TVM's pool workers spin (`sched_yield`) for `TVM_THREAD_POOL_SPIN_COUNT` "
-        f"iterations ({'300,000, the default' if spin is None else spin}); TVM reads that knob "
-        "once per process, so the suite leaves TVM at its default and waits instead: before "
-        "each baseline repeat the suite's process waits until its own threads use under "
-        f"{base.get('quiet_cpu', 0.1):.0%} of a core over 20 ms, and the child does the same "
-        "before handing the cores back. TVM and baseline repeats alternate (one repeat of "
-        "each figure per round, order rotated), so a load change hits every figure.",
-        "",
-        f"- waits for TVM's threads to go idle: {waits(pq)}",
-        f"- waits for OpenBLAS's threads to go idle: {waits(cq)}",
-        f"- a figure whose spread over repeats is above {INVALID_SPREAD:.0%}, or whose rate is "
-        "above the measured SGEMM peak, reads `invalid (...)` in every table and in the "
-        "headline instead of a ratio; figures above 10% are listed as noisy.",
-        "",
-    ]
+        spin = base.get("tvm_spin_count")
+        out += [
+            f"In this run: baseline process pid {base.get('pid')}, tvm imported there: "
+            f"{base.get('tvm_imported')}, {base.get('threads')} threads; "
+            f"`TVM_THREAD_POOL_SPIN_COUNT` {'unset (300,000)' if spin is None else spin}.",
+            "",
+            f"- waits for the suite's (TVM's) threads to go idle: {waits(pq)}",
+            f"- waits for the child's (OpenBLAS's) threads to go idle: {waits(cq)}",
+            "",
+        ]
     invalid = invalid_list(res)
     if invalid:
-        out += ["<details><summary>invalid figures</summary>", ""]
+        out += [f"<details><summary>invalid figures ({len(invalid)})</summary>", ""]
         out += [f"- `{n}`" for n in invalid[:60]]
         out += ["", "</details>", ""]
     return out

@@ -90,13 +90,18 @@ def test_report_from_a_tiny_real_run(tmp_path: Path) -> None:
     assert [r["M"] for r in rows] == [1, 8]
     assert all(r["untuned_agree"] and r["untuned"]["median"] > 0 for r in rows)
     assert res["peak"]["gflops"] > 0
+    # numpy and the peak were timed in the baseline process, interleaved, without tvm there
+    assert res["baseline"]["tvm_imported"] is False
+    assert res["baseline"]["parent_quiet"]["n"] >= 2 * (settings.repeats + 1)
+    assert all("invalid" in r["numpy"] for r in rows)
     readme = tmp_path / "README.md"
     readme.write_text(f"intro\n{BEGIN}\nold\n{END}\nrest\n")
     out = write_report(res, tmp_path / "docs" / "performance.md", readme=readme)
     text = out.read_text()
-    for heading in ("## Headline", "## Run", "## Kernels", "## Tuning efficiency", "## GPU"):
+    headings = ("## Headline", "## Run", "## Baselines and protocol", "## Kernels", "## GPU")
+    for heading in (*headings, "## Tuning efficiency"):
         assert heading in text
-    assert "| 8 | on |" in text
+    assert "| 8 | on |" in text and "tvm imported there: False" in text
     assert "Skipped: no GPU" in text or "Device:" in text
     png = tmp_path / "docs" / "img" / "perf-kernels.png"
     assert png.read_bytes()[:8] == PNG

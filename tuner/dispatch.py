@@ -45,6 +45,15 @@ from tuner.rangekernel import RangeKernel, pad_values, symbolic_var, transplant,
 # the generic kernel where the two are close, never a padded kernel that is slower.
 PAD_OP_SEC = 1e-6  # one op the branch adds (zeros, concat, add of a nonzero pad, slice)
 PAD_ELEM_SEC = 1e-9  # one element such an op writes (~4 GB/s)
+# A tuned kernel's time does not shrink with the work below this (capped at its measured
+# time): it runs a parallel loop whose thread-pool wake-up and barrier cost a few us a call,
+# more on a busy machine. Measured on the loaded 2-core VM at s=1: the layer norm tuned at
+# s=64 (tile 1, 12.9 us there) took ~15 us, where scaling by rows predicts 0.2 us.
+CALL_FLOOR_SEC = 5e-6
+# A bucket kernel replaces the generic kernel only when estimated this many times faster: the
+# estimates off the bucket are extrapolations of noisy measurements, and a wrong choice for
+# the generic kernel costs at most the gain given up, never a slowdown against the untuned build.
+GENERIC_MARGIN = 1.25
 
 
 @dataclass(frozen=True)
@@ -61,9 +70,7 @@ def pad_overhead(v: int, padded: int, buffers: tuple[PadBuffer, ...]) -> float:
     """Estimated time a branch spends padding the variable from ``v`` to ``padded`` and slicing
     the output back: per input and padded axis a zeros and a concat (plus an add for a
     nonzero pad), each writing up to the padded buffer; one slice writing the output's
-    ``v``-sized elements. Zero when nothing is padded (``padded == 1``: a tile of 1)."""
-    if padded <= 1:
-        return 0.0
+    ``v``-sized elements. (A branch of tile 1 pads and slices nothing: not called.)"""
     ops, written = 0, 0
     for buf in buffers:
         if buf.axes == 0:
@@ -99,11 +106,17 @@ class BucketKernel:
     def cost(self, v: int, degree: int = 1, buffers: tuple[PadBuffer, ...] = ()) -> float:
         """Estimated time at ``v``: the measured time scaled by the work done at ``v`` padded
         to the tile (a static kernel always does its bucket's work, and only up to it), plus
-        the padding and slicing of ``buffers`` (:func:`pad_overhead`)."""
+        the padding and slicing of ``buffers`` (:func:`pad_overhead`). The scaled time is
+        never below :data:`CALL_FLOOR_SEC` (or the measured time, if less)."""
         if self.static and v > self.value:
             return math.inf
         p = self.padded(v)
-        return self.mean_sec * (p / self.value) ** degree + pad_overhead(v, p, buffers)
+        scaled = max(self.mean_sec * (p / self.value) ** degree, min(self.mean_sec, CALL_FLOOR_SEC))
+        return scaled + self.overhead(v, buffers)
+
+    def overhead(self, v: int, buffers: tuple[PadBuffer, ...]) -> float:
+        """What the branch spends padding and slicing at ``v`` (nothing at a tile of 1)."""
+        return 0.0 if self.tile == 1 else pad_overhead(v, self.padded(v), buffers)
 
     @property
     def label(self) -> str:
@@ -137,8 +150,8 @@ class KernelDispatch:
 
         Range kernels are valid for every value, so the bucket kernel with the least time
         per unit of work serves there (its padding overhead at the largest bucket included),
-        unless the generic kernel's measured time per unit at the largest bucket is lower
-        (padding matters less and less as values grow)."""
+        unless it does not beat the generic kernel's measured time per unit at the largest
+        bucket by :data:`GENERIC_MARGIN` (padding matters less and less as values grow)."""
         if not self.buckets:
             return None
         d, top = self.degree, max(b.value for b in self.buckets)
@@ -147,13 +160,13 @@ class KernelDispatch:
             return None
 
         def per_unit(b: BucketKernel) -> float:
-            return b.mean_sec / b.value**d + pad_overhead(top, b.padded(top), self.buffers) / top**d
+            return b.mean_sec / b.value**d + b.overhead(top, self.buffers) / top**d
 
         best = min(ranged, key=lambda b: (per_unit(b), -b.value))
-        if self.generic:
-            value, sec = max(self.generic)
-            if sec / value**d <= per_unit(best):
-                return None
+        value, sec = max(self.generic, default=(1, math.inf))
+        generic_rate = sec / value**d
+        if generic_rate <= GENERIC_MARGIN * per_unit(best):
+            return None
         return best
 
     @functools.cached_property
@@ -186,17 +199,19 @@ def choose_intervals(
     """For every value up to the largest bucket, the kernel with the least estimated time.
 
     Work at a value ``v`` is ``v ** degree``. A bucket kernel costs its measured time at its
-    own bucket, scaled by the work it does at ``v`` (``v`` padded to its tile), plus what its
-    branch spends padding ``buffers`` and slicing the output (:func:`pad_overhead`). The
-    generic kernel, where its time at some bucket was recorded (the untuned default is
-    measured by every tune), costs its time at the smallest such bucket >= ``v``, scaled by
-    the work at ``v`` (it pads nothing); below the smallest bucket that is a lower bound
-    (fixed costs do not shrink with ``v``), so the estimate errs toward the generic kernel,
-    the untuned build's own. A static kernel (constant shapes, the very kernel measured at
-    its bucket) serves values up to its bucket padded to it. Ties go to the generic kernel,
-    then to the smaller bucket, then to a static kernel (range kernels index with symbolic
-    strides and divisors, which can cost vectorization). Consecutive values with the same
-    choice form one interval."""
+    own bucket, scaled by the work it does at ``v`` (``v`` padded to its tile) but not below
+    :data:`CALL_FLOOR_SEC`, plus what its branch spends padding ``buffers`` and slicing the
+    output (:func:`pad_overhead`). The generic kernel, where its time at some bucket was
+    recorded (the untuned default is measured by every tune), costs its time at the smallest
+    such bucket >= ``v``, scaled by the work at ``v`` (it pads nothing): below that bucket a
+    lower bound (fixed costs do not shrink with ``v``), so the estimate errs toward the
+    generic kernel, the untuned build's own. (Not the least time per unit over all buckets:
+    the untuned ``probs @ V`` ran at 82 GFLOPS at s=16 and 2.4 at s=64.) A bucket kernel
+    replaces it only when estimated :data:`GENERIC_MARGIN` times faster. A static kernel
+    (constant shapes, the very kernel measured at its bucket) serves values up to its bucket
+    padded to it. Ties go to the generic kernel, then to the smaller bucket, then to a static
+    kernel (range kernels index with symbolic strides and divisors, which can cost
+    vectorization). Consecutive values with the same choice form one interval."""
     if not buckets:
         return ()
     generic_at = sorted(generic)
@@ -213,7 +228,7 @@ def choose_intervals(
             buckets, key=lambda b: (b.cost(v, degree, buffers), b.value, not b.static)
         )
         assert best is not None
-        if generic_cost(v) <= best.cost(v, degree, buffers):
+        if generic_cost(v) <= GENERIC_MARGIN * best.cost(v, degree, buffers):
             best = None
         if out and out[-1][1] is best:
             out[-1] = (v, best)

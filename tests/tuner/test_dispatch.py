@@ -77,13 +77,14 @@ def test_dispatch_intervals_pick_the_cheapest_padded_kernel() -> None:
     # beats b32's 16 padded rows (48 us); v=9..32: b32 (3 us a row, tile 16) beats b8
     assert got == [(4, 1), (8, 8), (32, 32)]
     # the generic kernel competes where its time was measured: 7 us a row up to n=8 (56 us at
-    # 8), 2.5 us a row above (80 us at 32). v<=5: 7v us beats b1's 10v and b8's 40; v=6..8:
-    # b8's 40 beats 7v; v=9..32: 2.5v beats b32's 48 (16 padded rows) and 96 (32 rows)
+    # 8), 2.5 us a row above (80 us at 32), and a bucket kernel must be GENERIC_MARGIN (1.25x)
+    # cheaper to replace it. v<=7: 7v us <= 1.25 * 40 (b8); v=8: 56 > 50; v=9..32: 2.5v beats
+    # 1.25 * b32's 48 (16 padded rows) and 96 (32 rows)
     got = [
         (upper, bk.value if bk else None)
         for upper, bk in choose_intervals((b1, b8, b32), ((8, 56e-6), (32, 80e-6)))
     ]
-    assert got == [(5, None), (8, 8), (32, None)]
+    assert got == [(7, None), (8, 8), (32, None)]
 
 
 def test_dispatch_intervals_scale_by_work_degree_and_prefer_static_on_ties() -> None:
@@ -95,14 +96,20 @@ def test_dispatch_intervals_scale_by_work_degree_and_prefer_static_on_ties() -> 
     got = [(upper, bk.name) for upper, bk in choose_intervals((rk, static))]
     assert got == [(8, "k_n16"), (16, "k_n16_static")]
     assert KernelDispatch("k", "n", (rk, static)).above is rk
-    # an s x s kernel (degree 2): the generic kernel, 12 us at 16, costs 12 * (v/16)^2; the
-    # range kernel 10 * (padded/16)^2. v=7: 2.3 < 2.5; v=8: 3 > 2.5; v=9..14: below 10;
-    # v=15: 10.5 > 10
+    # an s x s kernel (degree 2): the generic kernel, 60 us at 16, costs 60 * (v/16)^2; a
+    # range kernel of 40 us at 16 costs 40 * (padded/16)^2, to beat by 1.25x. v<=7: at most
+    # 11.5 <= 1.25 * 10; v=8: 15 > 12.5; v=9..14: at most 45.9 <= 1.25 * 40; v=15: 52.7 > 50
+    rk40 = BucketKernel(16, 8, "k_n16", "exact", 40e-6)
     got = [
         (upper, bk.name if bk else None)
-        for upper, bk in choose_intervals((rk,), ((16, 12e-6),), degree=2)
+        for upper, bk in choose_intervals((rk40,), ((16, 60e-6),), degree=2)
     ]
     assert got == [(7, None), (8, "k_n16"), (14, None), (16, "k_n16")]
+    # a kernel's time is not scaled below CALL_FLOOR_SEC: 8 us at 16 rows, tile 1, is 5 us at
+    # one row, not 0.5 (thread-pool wake-up); the generic kernel (1 us a row) serves there
+    tiny = BucketKernel(16, 1, "k_n16", "exact", 8e-6)
+    got = [(upper, bk and bk.name) for upper, bk in choose_intervals((tiny,), ((16, 16e-6),))]
+    assert got == [(6, None), (16, "k_n16")]
 
 
 @pytest.mark.slow
@@ -351,7 +358,7 @@ def test_padding_overhead_keeps_a_large_tile_from_serving_small_values() -> None
     must not serve s=1: its branch pads x[1, 128] to 64 rows and slices back, which costs
     more than the kernel saves. The generic kernel serves until the tuned kernel's time plus
     that overhead is the lesser."""
-    from tuner.dispatch import PAD_ELEM_SEC, PAD_OP_SEC, PadBuffer, pad_overhead
+    from tuner.dispatch import GENERIC_MARGIN, PAD_ELEM_SEC, PAD_OP_SEC, PadBuffer, pad_overhead
 
     static = BucketKernel(64, 64, "k_s64_static", "device", 11e-6, static=True)
     generic = ((16, 190e-6), (64, 750e-6))
@@ -366,14 +373,15 @@ def test_padding_overhead_keeps_a_large_tile_from_serving_small_values() -> None
     assert pad_overhead(1, 64, buffers) == pytest.approx(
         3 * PAD_OP_SEC + (2 * 64 * 128 + 128) * PAD_ELEM_SEC
     )
-    assert pad_overhead(5, 1, buffers) == 0.0  # tile 1: no pad, no slice
-    # without the overhead (the rule before): the 64-row kernel served s=1
-    assert choose_intervals((static,), generic)[0] == (64, static)
+    assert BucketKernel(64, 1, "k_s64", "device", 11e-6).overhead(5, buffers) == 0.0  # tile 1
+    # on work alone (the rule before) the 64-row kernel wins s=1: 11 us < 190 / 16 = 11.9 us
+    assert static.cost(1) < 190e-6 / 16
     got = choose_intervals((static,), generic, buffers=buffers)
     assert got[0][1] is None and got[-1] == (64, static)
     lo = got[0][0]
-    # the generic kernel serves exactly while its estimate is below the padded kernel's
-    assert 190e-6 * lo / 16 <= static.cost(lo, 1, buffers) < 190e-6 * (lo + 1) / 16
+    # the generic kernel serves exactly while the padded kernel does not beat it by the margin
+    assert 190e-6 * lo / 16 <= GENERIC_MARGIN * static.cost(lo, 1, buffers)
+    assert 190e-6 * (lo + 1) / 16 > GENERIC_MARGIN * static.cost(lo + 1, 1, buffers)
     assert 1 < lo < 16
 
 

@@ -28,11 +28,15 @@ from database.ms_database import (
     TuneFarmDatabase,
     WorkloadInfo,
     candidate_hash_of_trace,
+    shash_of,
 )
 from database.storage import Storage, redact
 
 WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
+# TuneFarm's own facts about each exported workload (task name, symbolic kernel and bucket),
+# one JSON line per workload keyed by its structural hash; stock MetaSchedule ignores it.
+INFO_FILE = "tunefarm_workloads.json"
 FAILED_RUN_SEC = 1e9  # stock MetaSchedule stores a failed run as 1e10 seconds
 
 
@@ -86,7 +90,7 @@ def export_metaschedule(
         )
     if not out_dir.parent.is_dir():
         raise DatabaseError(f"folder does not exist: {out_dir.parent}")
-    paths = [out_dir / WORKLOAD_FILE, out_dir / RECORD_FILE]
+    paths = [out_dir / WORKLOAD_FILE, out_dir / RECORD_FILE, out_dir / INFO_FILE]
     if not force and any(p.exists() and p.stat().st_size for p in paths):
         raise DatabaseError(
             f"{out_dir} already holds a MetaSchedule database; choose an empty folder "
@@ -104,9 +108,11 @@ def export_metaschedule(
         path.unlink(missing_ok=True)
     stock = JSONDatabase(str(partial[0]), str(partial[1]), allow_missing=True)
     workloads: dict[int, Workload] = {}
-    for row, mod_json, _wl in rows:
+    infos: list[str] = []
+    for row, mod_json, wl in rows:
         if row.workload_id not in workloads:
             workloads[row.workload_id] = stock.commit_workload(tvm.ir.load_json(mod_json))
+            infos.append(json.dumps(_info_of(wl), sort_keys=True))
         stock.commit_tuning_record(
             TuningRecord.from_json(
                 [
@@ -118,10 +124,51 @@ def export_metaschedule(
                 workloads[row.workload_id],
             )
         )
+    partial[2].write_text("".join(line + "\n" for line in infos), encoding="utf-8")
     for src, dest in zip(partial, paths, strict=True):
-        src.touch()  # an empty export still writes both files
+        src.touch()  # an empty export still writes every file
         src.replace(dest)
     return Transfer(workloads=len(workloads), records=len(rows), added=len(rows))
+
+
+def _info_of(wl: WorkloadRow) -> dict[str, Any]:
+    """The line of :data:`INFO_FILE` that describes one workload row."""
+    return {
+        "shash": wl.shash,
+        "task_name": wl.task_name,
+        "family_shash": wl.family_shash,
+        "bucket": json.loads(wl.bucket_json) if wl.bucket_json else None,
+    }
+
+
+def _read_infos(path: Path) -> dict[str, WorkloadInfo]:
+    """TuneFarm's workload facts beside a stock export, by structural hash (none: {})."""
+    if not path.exists():
+        return {}
+    infos: dict[str, WorkloadInfo] = {}
+    for lineno, entry in _lines(path):
+        where = f"{path}:{lineno}"
+        if not isinstance(entry, dict) or not isinstance(entry.get("shash"), str):
+            raise DatabaseError(f"{where}: expected an object with a 'shash'")
+        name, family, bucket = (
+            entry.get("task_name"),
+            entry.get("family_shash"),
+            entry.get("bucket"),
+        )
+        if name is not None and not isinstance(name, str):
+            raise DatabaseError(f"{where}: 'task_name' must be a string")
+        if (family is None) != (bucket is None):
+            raise DatabaseError(f"{where}: 'family_shash' and 'bucket' go together")
+        if bucket is not None and not (
+            isinstance(family, str)
+            and isinstance(bucket, dict)
+            and all(isinstance(k, str) and type(v) is int for k, v in bucket.items())
+        ):
+            raise DatabaseError(f"{where}: 'bucket' must map variable names to integers")
+        infos[entry["shash"]] = WorkloadInfo(
+            task_name=name, family=(family, bucket) if family is not None else None
+        )
+    return infos
 
 
 def _lines(path: Path) -> Iterator[tuple[int, Any]]:
@@ -170,6 +217,8 @@ def import_metaschedule(storage: Storage, src: Path) -> Transfer:
             workloads.append(Workload.from_json(entry))
         except Exception as err:  # TVM's parser raises RuntimeError/ValueError/TypeError
             raise DatabaseError(f"{wpath}:{lineno}: not a workload ({_short(err)})") from None
+    infos = _read_infos(src / INFO_FILE)
+    info_of = [infos.get(shash_of(w.mod), WorkloadInfo()) for w in workloads] if infos else []
     items: list[tuple[Measurement, WorkloadInfo]] = []
     for lineno, entry in _lines(rpath):
         where = f"{rpath}:{lineno}"
@@ -201,7 +250,7 @@ def import_metaschedule(storage: Storage, src: Path) -> Transfer:
                     error_msg=None if secs else "failed run (imported from MetaSchedule)",
                     worker=f"import:{src.name}",
                 ),
-                WorkloadInfo(),
+                info_of[index] if info_of else WorkloadInfo(),
             )
         )
     job = {"name": f"import {src}", "target_json": "{}", "budget": 0, "status": "imported"}

@@ -766,10 +766,11 @@ def _machine(res: dict[str, Any], results_file: str | None) -> list[str]:
 
 PROTOCOL = (
     "After a kernel call TVM's pool workers spin-wait (`sched_yield` in a loop, "
-    "`TVM_THREAD_POOL_SPIN_COUNT` iterations, 300,000 by default; 0.1–0.6 s on this 2-core "
-    "machine) and fight OpenBLAS's threads for the cores: numpy timed in the same process right "
-    "after TVM calls spread by up to 7,100% and the SGEMM peak came out below what TVM kernels "
-    "reached. So numpy/OpenBLAS and the SGEMM peak run in a long-lived child process "
+    "`TVM_THREAD_POOL_SPIN_COUNT` iterations, 300,000 by default: about 0.6 s of two busy "
+    "threads on this 2-core machine under load) and fight OpenBLAS's threads for the cores: "
+    "numpy timed in the same process right after TVM calls spread by up to 7,100% and the SGEMM "
+    "peak came out below what TVM kernels reached. So numpy/OpenBLAS and the SGEMM peak run "
+    "in a long-lived child process "
     "(`benchmarks/baseline.py`) that never imports tvm, with as many OpenBLAS threads as "
     "`TVM_NUM_THREADS`. `TVM_THREAD_POOL_SPIN_COUNT=0` stops the spinning, but TVM reads it "
     "once per process (at the pool's first use), so it cannot be switched off for the "
@@ -794,7 +795,7 @@ def _protocol(res: dict[str, Any]) -> list[str]:
         out += [
             "**This run predates the baseline process**: it timed numpy/OpenBLAS and the SGEMM "
             "peak in the same process as TVM, so its numpy figures and peak are not reliable; "
-            "the figures above are judged by the rules above.",
+            "this report judges its figures by the rules above.",
             "",
         ]
     else:

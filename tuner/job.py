@@ -35,9 +35,6 @@ from workers.results import ErrorKind
 
 log = logging.getLogger("tunefarm.job")
 
-# search passes of one job at most (a pass after the first spends slots left by resumed hits)
-MAX_PASSES = 3
-
 
 @dataclass(frozen=True)
 class TuneConfig:
@@ -395,15 +392,29 @@ def _search(
     config: TuneConfig,
     budget: TrialBudget,
 ) -> None:
-    """MetaSchedule's search until ``budget`` is spent.
+    """MetaSchedule's search over ``tasks``; the builder drops candidates past ``budget``.
 
-    MetaSchedule counts a candidate measured in an earlier job (a resumed hit, never built)
-    as a trial, so a resumed job can end with slots left: another pass spends them, as long
-    as the pass before recorded something (at most ``MAX_PASSES`` passes in all).
+    MetaSchedule counts a resumed hit (a candidate measured in an earlier job, never built) as
+    a trial too, and its evolutionary search re-proposes records from the database, so a
+    resumed job may end with slots of its budget left.
     """
     preload_tensor_intrin()
     threads = os.cpu_count() or 1
     seed = config.seed if config.seed is not None else -1
+    remaining = budget.left
+    contexts = [
+        ms.TuneContext(
+            mod=t.mod,
+            target=target,
+            space_generator="post-order-apply",
+            search_strategy="evolutionary",
+            task_name=t.name,
+            rand_state=seed if seed < 0 else seed + i,
+            num_threads=threads,
+            logger=_quiet_logger(t.name),
+        ).clone()
+        for i, t in enumerate(tasks)
+    ]
     cost_model, note = create_cost_model(
         config.cost_model,
         storage=db.storage,
@@ -413,41 +424,20 @@ def _search(
         warm=config.warm_start,
     )
     log.info("cost model %s: %s", config.cost_model, note)
-    for npass in range(MAX_PASSES):
-        remaining = budget.left
-        if remaining <= 0:
-            break
-        if npass:
-            log.info("%d trial(s) left after resumed hits: search pass %d", remaining, npass + 1)
-        contexts = [
-            ms.TuneContext(
-                mod=t.mod,
-                target=target,
-                space_generator="post-order-apply",
-                search_strategy="evolutionary",
-                task_name=t.name,
-                rand_state=seed if seed < 0 else seed + i + npass * len(tasks),
-                num_threads=threads,
-                logger=_quiet_logger(t.name),
-            ).clone()
-            for i, t in enumerate(tasks)
-        ]
-        with tempfile.TemporaryDirectory(prefix="tunefarm-") as work_dir:
-            ms.tune.tune_tasks(
-                tasks=contexts,
-                task_weights=[float(t.weight) for t in tasks],
-                work_dir=work_dir,
-                max_trials_global=remaining,
-                num_trials_per_iter=trials_per_round(config.trials_per_iter, remaining, len(tasks)),
-                builder=builder,
-                runner=runner,
-                database=db,
-                cost_model=cost_model,
-                measure_callbacks=[recorder, ms.measure_callback.UpdateCostModel()],
-                task_scheduler=ms.TaskScheduler.create("gradient"),
-            )
-        if budget.left == remaining:  # nothing new: the search space is spent
-            break
+    with tempfile.TemporaryDirectory(prefix="tunefarm-") as work_dir:
+        ms.tune.tune_tasks(
+            tasks=contexts,
+            task_weights=[float(t.weight) for t in tasks],
+            work_dir=work_dir,
+            max_trials_global=remaining,
+            num_trials_per_iter=trials_per_round(config.trials_per_iter, remaining, len(tasks)),
+            builder=builder,
+            runner=runner,
+            database=db,
+            cost_model=cost_model,
+            measure_callbacks=[recorder, ms.measure_callback.UpdateCostModel()],
+            task_scheduler=ms.TaskScheduler.create("gradient"),
+        )
 
 
 def trials_per_round(cap: int, remaining: int, n_tasks: int) -> int:

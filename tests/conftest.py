@@ -7,10 +7,11 @@ names every group of skipped tests with the command that enables it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -172,25 +173,32 @@ def any_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'tf.db'}"
         return
-    base, why = pg_probe()
-    if not base:
-        pytest.skip(f"PostgreSQL: {why}")
+    with pg_database() as url:
+        yield url
+
+
+@contextlib.contextmanager
+def pg_database() -> Iterator[str]:
+    """A fresh PostgreSQL database on the test server, dropped after (skips without one)."""
     import uuid
 
     from sqlalchemy import create_engine, text
 
+    base, why = pg_probe()
+    if not base:
+        pytest.skip(f"PostgreSQL: {why}")
     name = f"tf_test_{uuid.uuid4().hex[:10]}"
     admin = create_engine(
         base.replace("postgresql://", "postgresql+psycopg://", 1), isolation_level="AUTOCOMMIT"
     )
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = base.rsplit("/", 1)[0] + f"/{name}"
-    yield url
-
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+    try:
+        yield base.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
 
 
 @pytest.fixture(scope="session")

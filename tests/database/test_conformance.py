@@ -7,7 +7,6 @@ differs (a run reported as 0 s is stored as an invalid record, never chosen), th
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,7 @@ from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.database import Database, TuningRecord
 
 from database import Storage, TuneFarmDatabase
-from tests.conftest import matmul_mod
+from tests.conftest import matmul_mod, pg_database
 
 TARGET = tvm.target.Target({"kind": "llvm", "num-cores": 2})
 
@@ -54,24 +53,8 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
 
 @pytest.fixture
 def pg_url() -> Iterator[str]:
-    """A fresh PostgreSQL database, dropped after the test (skips without a server)."""
-    import os
-
-    from sqlalchemy import create_engine, text
-
-    base = os.environ.get("TUNEFARM_TEST_PG_URL")
-    if not base:
-        pytest.skip("TUNEFARM_TEST_PG_URL is not set")
-    name = f"tf_conf_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(
-        base.replace("postgresql://", "postgresql+psycopg://", 1), isolation_level="AUTOCOMMIT"
-    )
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    yield base.rsplit("/", 1)[0] + f"/{name}"
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+    with pg_database() as url:
+        yield url
 
 
 def _candidate(mod: tvm.IRModule, loop: int, factor: int) -> tvm.s_tir.Schedule:

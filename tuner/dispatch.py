@@ -202,11 +202,12 @@ def choose_intervals(
     own bucket, scaled by the work it does at ``v`` (``v`` padded to its tile) but not below
     :data:`CALL_FLOOR_SEC`, plus what its branch spends padding ``buffers`` and slicing the
     output (:func:`pad_overhead`). The generic kernel, where its time at some bucket was
-    recorded (the untuned default is measured by every tune), costs its time at the smallest
-    such bucket >= ``v``, scaled by the work at ``v`` (it pads nothing): below that bucket a
-    lower bound (fixed costs do not shrink with ``v``), so the estimate errs toward the
-    generic kernel, the untuned build's own. (Not the least time per unit over all buckets:
-    the untuned ``probs @ V`` ran at 82 GFLOPS at s=16 and 2.4 at s=64.) A bucket kernel
+    recorded (the untuned default is measured by every tune), costs the least, over the
+    buckets ``B >= v``, of its time at ``B`` scaled by the work at ``v`` (it pads nothing).
+    Each is a lower bound (fixed costs do not shrink with ``v``), and the least of them
+    discounts one inflated measurement, so the estimate errs toward the generic kernel, the
+    untuned build's own. (Buckets below ``v`` do not count: the untuned ``probs @ V`` ran at
+    82 GFLOPS at s=16 and 2.4 at s=64.) A bucket kernel
     replaces it only when estimated :data:`GENERIC_MARGIN` times faster. A static kernel
     (constant shapes, the very kernel measured at its bucket) serves values up to its bucket
     padded to it. Ties go to the generic kernel, then to the smaller bucket, then to a static
@@ -219,8 +220,8 @@ def choose_intervals(
     def generic_cost(v: int) -> float:
         if not generic_at:
             return math.inf
-        value, sec = next(((b, t) for b, t in generic_at if b >= v), generic_at[-1])
-        return sec * (v / value) ** degree
+        above = [(b, t) for b, t in generic_at if b >= v] or generic_at[-1:]
+        return min(sec * (v / value) ** degree for value, sec in above)
 
     out: list[tuple[int, BucketKernel | None]] = []
     for v in range(1, max(b.value for b in buckets) + 1):

@@ -76,15 +76,16 @@ def test_dispatch_intervals_pick_the_cheapest_padded_kernel() -> None:
     # v<=4: 10v us vs 40 us (a tie at 4 goes to the smaller bucket); v=5..8: b8 at 40 us
     # beats b32's 16 padded rows (48 us); v=9..32: b32 (3 us a row, tile 16) beats b8
     assert got == [(4, 1), (8, 8), (32, 32)]
-    # the generic kernel competes where its time was measured: 7 us a row up to n=8 (56 us at
-    # 8), 2.5 us a row above (80 us at 32), and a bucket kernel must be GENERIC_MARGIN (1.25x)
-    # cheaper to replace it. v<=7: 7v us <= 1.25 * 40 (b8); v=8: 56 > 50; v=9..32: 2.5v beats
-    # 1.25 * b32's 48 (16 padded rows) and 96 (32 rows)
+    # the generic kernel competes where its time was measured: 56 us at 8 (7 us a row), 320 us
+    # at 32 (10 us a row); at v its cost is the least over buckets >= v of the time scaled by
+    # rows (7v up to 8, 10v above), and a bucket kernel must be GENERIC_MARGIN (1.25x) cheaper
+    # to replace it. v<=7: 7v <= 1.25 * 40 (b8); v=8: 56 > 50; v=9..32: 10v > 1.25 * b32's 48
+    # (16 padded rows) or 96 (32 rows)
     got = [
         (upper, bk.value if bk else None)
-        for upper, bk in choose_intervals((b1, b8, b32), ((8, 56e-6), (32, 80e-6)))
+        for upper, bk in choose_intervals((b1, b8, b32), ((8, 56e-6), (32, 320e-6)))
     ]
-    assert got == [(7, None), (8, 8), (32, None)]
+    assert got == [(7, None), (8, 8), (32, 32)]
 
 
 def test_dispatch_intervals_scale_by_work_degree_and_prefer_static_on_ties() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import logging
 import math
 import statistics
 from dataclasses import dataclass
@@ -28,6 +29,8 @@ from database.models import JobRow, RecordRow, WorkloadRow
 from database.storage import Storage
 from database.targets import TargetKey
 from database.transfer import adapt_trace, bucket_distance
+
+log = logging.getLogger("tunefarm.database")
 
 # Lookup levels, most specific first: the same device (fingerprint) and target, the same
 # target, the same target kind and architecture, the same target kind. Never across kinds.
@@ -189,7 +192,7 @@ def record_values(m: Measurement, wid: int) -> dict[str, Any]:
     }
 
 
-def _best_queries() -> dict[str, Any]:
+def _best_queries(limit: int | None = 1) -> dict[str, Any]:
     """One prepared statement per lookup level, each served by one index."""
     cols = (
         RecordRow.trace_json,
@@ -201,8 +204,8 @@ def _best_queries() -> dict[str, Any]:
     base = (
         select(*cols)
         .where(RecordRow.workload_id == bindparam("wid"), RecordRow.mean_sec.is_not(None))
-        .order_by(RecordRow.mean_sec)
-        .limit(1)
+        .order_by(RecordRow.mean_sec, RecordRow.id)
+        .limit(limit)
     )
     return {
         "device": base.where(
@@ -217,6 +220,7 @@ def _best_queries() -> dict[str, Any]:
 
 
 _BEST_QUERIES = _best_queries()
+_RANKED_QUERIES = _best_queries(limit=None)  # every valid record, when the best cannot serve
 _EMPTY_TRACE = json.dumps([[], []])  # the untuned default schedule, as tune records it
 
 
@@ -247,6 +251,7 @@ class TuneFarmDatabase(PyDatabase):
         self._ids: dict[str, list[tuple[IRModule, int]]] = {}
         self._workloads: dict[int, Workload] = {}
         self._by_identity: dict[int, tuple[IRModule, int]] = {}  # holds mod: ids stay unique
+        self._unusable: dict[tuple[int, str], bool] = {}  # (workload id, trace) -> unusable
 
     # ---------------------------------------------------------------- workloads
     def workload_id(
@@ -510,9 +515,15 @@ class TuneFarmDatabase(PyDatabase):
 
     # ---------------------------------------------------------------- lookups
     def best_row(
-        self, mod: IRModule, target: tvm.target.Target, device: str | None = None
+        self,
+        mod: IRModule,
+        target: tvm.target.Target,
+        device: str | None = None,
+        *,
+        unusable: frozenset[str] = frozenset(),
     ) -> tuple[int, str, Any] | None:
-        """The row behind ``best``, unparsed: (workload id, level, row)."""
+        """The row behind ``best``, unparsed: (workload id, level, row); rows whose trace is
+        in ``unusable`` are passed over."""
         wid = self.workload_id(mod)
         if wid is None:
             return None
@@ -534,7 +545,11 @@ class TuneFarmDatabase(PyDatabase):
         def lookup(session: Session) -> tuple[str, Any] | None:
             conn = session.connection()
             for level in levels:
-                row = conn.execute(_BEST_QUERIES[level], params).first()
+                if not unusable:
+                    row = conn.execute(_BEST_QUERIES[level], params).first()
+                else:
+                    rows = conn.execute(_RANKED_QUERIES[level], params)
+                    row = next((r for r in rows if r.trace_json not in unusable), None)
                 if row is not None:
                     return level, row
             return None
@@ -551,21 +566,50 @@ class TuneFarmDatabase(PyDatabase):
         device with the same fingerprint, default ``self.device``), ``target`` (same target),
         ``arch`` (same kind and architecture), ``kind`` (same target kind). Each level is one
         indexed query; records of another target kind are never used.
+
+        A record whose trace does not apply to ``mod`` (a database damaged by an import or
+        merge before 2026-11-23: ``tunefarm db check --fix`` repairs it) is passed over with a
+        warning, so a build falls back to the next record instead of failing.
         """
-        found = self.best_row(mod, target, device)
-        if found is None:
+        unusable: frozenset[str] = frozenset()
+        while True:
+            found = self.best_row(mod, target, device, unusable=unusable)
+            if found is None:
+                return None
+            wid, level, row = found
+            record = self._usable_record(wid, mod, row)
+            if record is not None:
+                return record, level, row.mean_sec
+            unusable = unusable | {row.trace_json}
+
+    def _usable_record(self, wid: int, mod: IRModule, row: Any) -> TuningRecord | None:
+        """The record of ``row``, or None when its trace does not apply to ``mod``."""
+        key = (wid, row.trace_json)
+        if self._unusable.get(key):
             return None
-        wid, level, row = found
-        record = TuningRecord.from_json(
-            [
-                json.loads(row.trace_json),
-                json.loads(row.run_secs_json) if row.run_secs_json else None,
-                json.loads(row.target_json),
-                json.loads(row.args_info_json),
-            ],
-            self._workload(wid, mod),
-        )
-        return record, level, row.mean_sec
+        try:
+            record = TuningRecord.from_json(
+                [
+                    json.loads(row.trace_json),
+                    json.loads(row.run_secs_json) if row.run_secs_json else None,
+                    json.loads(row.target_json),
+                    json.loads(row.args_info_json),
+                ],
+                self._workload(wid, mod),
+            )
+            if key not in self._unusable:
+                record.trace.apply_to_schedule(tvm.s_tir.Schedule(mod), remove_postproc=False)
+                self._unusable[key] = False
+            return record
+        except Exception as err:  # TVM's InternalError/ValueError for a foreign trace
+            self._unusable[key] = True
+            log.warning(
+                "workload %d: a stored record's trace does not apply (%s); skipped. "
+                "Run 'tunefarm db check --fix' to repair the database.",
+                wid,
+                type(err).__name__,
+            )
+            return None
 
     def default_schedule_sec(self, mod: IRModule, target: tvm.target.Target) -> float | None:
         """Measured time of ``mod``'s untuned default schedule (an empty trace) on ``target``."""

@@ -272,6 +272,57 @@ def db_prune(
     console.print(f"{verb} {plan.total} records ({', '.join(parts)})")
 
 
+@db_app.command("check")
+@user_errors
+def db_check(
+    db: DbOpt = None,
+    fix: Annotated[
+        bool,
+        typer.Option(
+            "--fix",
+            help="Move misplaced records back to their workload; quarantine the rest "
+            "(kept as failed records of kind 'misplaced').",
+        ),
+    ] = False,
+    as_json: JsonSummaryOpt = False,
+) -> None:
+    """Replay every record's trace on its workload: find records on the wrong kernel.
+
+    Exit code 1 when misplaced records were found and not fixed."""
+    from rich.progress import Progress
+
+    from database.integrity import check
+
+    storage = open_storage(db, create=False)
+    if as_json:
+        report = check(storage, fix=fix)
+    else:
+        with Progress(console=console, transient=True) as bar:
+            task = bar.add_task("replaying traces", total=None)
+            report = check(
+                storage,
+                fix=fix,
+                progress=lambda n, total: bar.update(task, completed=n, total=total),
+            )
+    if as_json:
+        print(json.dumps(report.to_dict()))
+    else:
+        if report.misplaced:
+            rows = [[m.record_id, m.workload_id, m.task_name, m.action] for m in report.misplaced]
+            _table("misplaced records", ["record", "workload", "task", "fix"], rows)
+        console.print(f"checked {report.records} records: {len(report.misplaced)} misplaced")
+        if fix and report.misplaced:
+            console.print(
+                f"fixed: {report.moved} moved, {report.deleted} surplus copies deleted, "
+                f"{report.quarantined} quarantined"
+            )
+    if report.misplaced and not fix:
+        raise TuneFarmError(
+            f"{len(report.misplaced)} records are on the wrong kernel; "
+            "run 'tunefarm db check --fix' to repair them"
+        )
+
+
 @db_app.command("upgrade")
 @user_errors
 def db_upgrade(db: DbOpt = None) -> None:

@@ -22,7 +22,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 # Bumped with every Alembic revision in database/migrations/versions (revision "000N" is N).
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 def utcnow() -> dt.datetime:
@@ -136,3 +136,23 @@ class CostModelSnapshot(Base):
     metrics_json: Mapped[str | None] = mapped_column(Text)
     model_blob: Mapped[bytes] = mapped_column(LargeBinary)
     created_by: Mapped[str | None] = mapped_column(String(128))
+
+
+class RecordFeatures(Base):
+    """A record's cost-model features, computed once (replaying its trace is slow).
+
+    Raw little-endian float32 bytes, never pickles: ``pooled`` is one row of the ranker's
+    features, ``per_store`` a ``[per_store_rows, per_store_cols]`` matrix (stock XGBModel's
+    input). A row of another ``feature_version`` or ``workload_id`` than its record's is stale.
+    """
+
+    __tablename__ = "record_features"
+    record_id: Mapped[int] = mapped_column(
+        ForeignKey("tuning_records.id", ondelete="CASCADE"), primary_key=True
+    )
+    workload_id: Mapped[int] = mapped_column(Integer)
+    feature_version: Mapped[int] = mapped_column(Integer)
+    pooled: Mapped[bytes] = mapped_column(LargeBinary)
+    per_store: Mapped[bytes] = mapped_column(LargeBinary)
+    per_store_rows: Mapped[int] = mapped_column(Integer)
+    per_store_cols: Mapped[int] = mapped_column(Integer)

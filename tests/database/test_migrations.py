@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from sqlalchemy import inspect
 from typer.testing import CliRunner
 
 from database import DatabaseError, Storage, migrate
@@ -42,7 +43,8 @@ def test_schema_1_file_is_refused_then_upgraded(tmp_path: Path) -> None:
     assert "Traceback" not in result.output
     result = CliRunner().invoke(app, ["db", "upgrade", "--db", url])
     assert result.exit_code == 0, result.output
-    assert "from revision 0001 to 0003" in result.output
+    assert f"from revision 0001 to {migrate.head_revision()}" in result.output
+    assert migrate.head_revision() == "0004"
     storage = Storage(url, create=False)
     assert stats(storage)["valid_records"] == 4  # nothing lost
     _no_drift(storage)
@@ -70,3 +72,40 @@ def test_every_revision_upgrades_to_the_models(any_url: str) -> None:
     engine.dispose()
     storage = Storage(any_url, create=False)
     _no_drift(storage)
+
+
+def test_revision_0003_upgrades_to_0004_with_the_feature_cache(any_url: str) -> None:
+    """A database at 0003 (cost-model snapshots, no feature cache) holding a record is
+    refused, upgraded, keeps its record and caches features that cascade with it."""
+    from alembic import command
+    from sqlalchemy import text
+
+    from database.storage import make_engine
+
+    engine, _ = make_engine(any_url)
+    with engine.begin() as conn:
+        command.upgrade(migrate._config(conn), "0003")
+        conn.exec_driver_sql(
+            "INSERT INTO workloads (id, shash, mod_json, tvm_version, created_at) "
+            "VALUES (1, 'h', '{}', 'x', CURRENT_TIMESTAMP)"
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO tuning_records (id, workload_id, candidate_hash, trace_json, "
+            "args_info_json, target_key, target_json, target_kind, created_at) "
+            "VALUES (7, 1, 'c', '[]', '[]', 'k', '{}', 'llvm', CURRENT_TIMESTAMP)"
+        )
+    assert "record_features" not in inspect(engine).get_table_names()
+    with pytest.raises(DatabaseError, match=r"revision 0003.*needs 0004.*tunefarm db upgrade"):
+        Storage(any_url, create=False)
+    assert migrate.upgrade(engine) == ("0003", "0004")
+    engine.dispose()
+    storage = Storage(any_url, create=False)
+    _no_drift(storage)
+    with storage.engine.begin() as conn:
+        assert conn.execute(text("SELECT value FROM tunefarm_meta")).scalar() == "4"
+        conn.execute(
+            text("INSERT INTO record_features VALUES (7, 1, 2, :b, :b, 0, 0)"),
+            {"b": b""},
+        )
+        conn.exec_driver_sql("DELETE FROM tuning_records WHERE id = 7")
+        assert conn.exec_driver_sql("SELECT COUNT(*) FROM record_features").scalar() == 0

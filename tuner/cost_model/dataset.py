@@ -1,8 +1,9 @@
 """Training data for the cost model, read from the schedule database.
 
-Every record of a target kind and architecture (valid or failed) becomes one row: features
-recomputed by replaying its trace on its workload, its mean latency (NaN when it failed), its
-workload (the ranking group) and its record id (for chronological splits).
+Every record of a target kind and architecture (valid or failed) becomes one row: its
+features (cached per record in ``record_features``; computed by replaying its trace on its
+workload when not cached), its mean latency (NaN when it failed), its workload (the ranking
+group) and its record id (for chronological splits).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from database import Storage, TargetKey
 from database.models import RecordRow, WorkloadRow
+from tuner.cost_model.cache import CHUNK, read_features, store_features
 from tuner.cost_model.features import (
     WIDTH,
     extractor,
@@ -53,6 +55,8 @@ class Dataset:
     record_id: np.ndarray
     per_store: list[np.ndarray] = field(default_factory=list)
     workloads: dict[int, WorkloadInfo] = field(default_factory=dict)
+    replayed: int = 0  # records whose features were computed by replaying their trace
+    cached: int = 0  # records whose features came from the record_features cache
 
     def __len__(self) -> int:
         return len(self.secs)
@@ -131,63 +135,102 @@ def load_dataset(
     workload_ids: list[int] | None = None,
     max_records: int | None = None,
     include_failed: bool = True,
+    after_id: int = 0,
+    cache: bool = True,
 ) -> Dataset:
-    """Records of ``target``'s kind and arch as a dataset (the newest ``max_records``)."""
+    """Records of ``target``'s kind and arch with id > ``after_id`` as a dataset (the newest
+    ``max_records``).
+
+    Features come from the ``record_features`` cache; records without a usable cached row are
+    replayed and featurized, and (with ``cache``) their features stored for the next load.
+    """
     query = _target_filter(
-        select(
-            RecordRow.id,
-            RecordRow.workload_id,
-            RecordRow.trace_json,
-            RecordRow.args_info_json,
-            RecordRow.mean_sec,
-            RecordRow.target_json,
-        ),
+        select(RecordRow.id, RecordRow.workload_id, RecordRow.mean_sec),
         target.kind,
         target.arch,
     ).order_by(RecordRow.id.desc())
+    if after_id:
+        query = query.where(RecordRow.id > after_id)
     if not include_failed:
         query = query.where(RecordRow.mean_sec.is_not(None))
     if workload_ids is not None:
         query = query.where(RecordRow.workload_id.in_(workload_ids))
     if max_records is not None:
         query = query.limit(max_records)
-    rows = storage.run(lambda s: list(s.execute(query)))[::-1]
+    rows = storage.run(lambda s: list(s.execute(query)), write=False)
+    wl_of = {r[0]: r[1] for r in rows}
+    sec_of = {r[0]: r[2] for r in rows}
+    found = read_features(storage, list(wl_of)) if cache else {}
+    feats: dict[int, tuple[np.ndarray, np.ndarray]] = {
+        rid: (c.pooled, c.per_store) for rid, c in found.items() if c.workload_id == wl_of[rid]
+    }
+    missing = [rid for rid in wl_of if rid not in feats]
+    infos = workload_infos(storage, sorted(set(wl_of.values())))
+    replayed, skipped = _replay(storage, missing, infos, feats) if missing else (0, 0)
+    if replayed and cache:
+        store_features(
+            storage,
+            ((rid, wl_of[rid], *feats[rid]) for rid in missing if rid in feats),
+        )
+    if skipped:
+        log.info("cost model: %d stored traces did not replay and were left out", skipped)
+    ids = np.array(sorted(feats), dtype=np.int64)
+    return Dataset(
+        x=np.stack([feats[i][0] for i in ids.tolist()]).astype(np.float32, copy=False)
+        if len(ids)
+        else np.zeros((0, WIDTH), dtype=np.float32),
+        secs=np.array(
+            [np.nan if sec_of[i] is None else float(sec_of[i]) for i in ids.tolist()],
+            dtype=np.float64,
+        ),
+        group=np.array([wl_of[i] for i in ids.tolist()], dtype=np.int64),
+        record_id=ids,
+        per_store=[feats[i][1] for i in ids.tolist()],
+        workloads=infos,
+        replayed=replayed,
+        cached=len(ids) - replayed,
+    )
+
+
+def _replay(
+    storage: Storage,
+    ids: list[int],
+    infos: dict[int, WorkloadInfo],
+    out: dict[int, tuple[np.ndarray, np.ndarray]],
+) -> tuple[int, int]:
+    """Features of records ``ids`` by replaying their traces, into ``out``.
+
+    Returns (records featurized, records whose trace did not replay).
+    """
+    recs: list[Any] = []
+    for start in range(0, len(ids), CHUNK):
+        q = select(
+            RecordRow.id,
+            RecordRow.workload_id,
+            RecordRow.trace_json,
+            RecordRow.args_info_json,
+            RecordRow.target_json,
+        ).where(RecordRow.id.in_(ids[start : start + CHUNK]))
+        recs.extend(storage.run(lambda s, q=q: list(s.execute(q)), write=False))
     by_wl: dict[int, list[Any]] = {}
-    for row in rows:
+    for row in sorted(recs, key=lambda r: r[0]):
         by_wl.setdefault(row[1], []).append(row)
-    infos = workload_infos(storage, list(by_wl))
-    mods = {}
-    if by_wl:
-        q = select(WorkloadRow.id, WorkloadRow.mod_json).where(WorkloadRow.id.in_(list(by_wl)))
-        mods = dict(storage.run(lambda s: list(s.execute(q))))
-    if by_wl:
-        preload_tensor_intrin()  # TuneContext imports it; the slow path costs ~40 s
+    q = select(WorkloadRow.id, WorkloadRow.mod_json).where(WorkloadRow.id.in_(list(by_wl)))
+    mods = dict(storage.run(lambda s: list(s.execute(q)), write=False))
+    preload_tensor_intrin()  # TuneContext imports it; the slow path costs ~40 s
     fx = extractor()
-    xs, secs, groups, ids, stores = [], [], [], [], []
-    skipped = 0
-    for wid, recs in by_wl.items():
+    done = skipped = 0
+    for wid, wrecs in by_wl.items():
         mod = tvm.ir.load_json(mods[wid])
-        tgt = tvm.target.Target(json.loads(recs[0][5]))
-        cands, kept = replay_candidates(mod, tgt, [(r[2], r[3]) for r in recs])
-        skipped += len(recs) - len(kept)
+        tgt = tvm.target.Target(json.loads(wrecs[0][4]))
+        cands, kept = replay_candidates(mod, tgt, [(r[2], r[3]) for r in wrecs])
+        skipped += len(wrecs) - len(kept)
         if not cands:
             continue
         ctx = ms.TuneContext(mod=mod, target=tgt, num_threads=1)
-        feats = featurize(ctx, cands, shape_features(mod, infos[wid].bucket), fx)
+        info = infos.get(wid)
+        feats = featurize(ctx, cands, shape_features(mod, info.bucket if info else None), fx)
         for j, i in enumerate(kept):
-            xs.append(feats.pooled[j])
-            stores.append(feats.per_store[j])
-            secs.append(np.nan if recs[i][4] is None else float(recs[i][4]))
-            groups.append(wid)
-            ids.append(recs[i][0])
-    if skipped:
-        log.info("cost model: %d stored traces did not replay and were left out", skipped)
-    order = np.argsort(np.asarray(ids, dtype=np.int64), kind="stable")
-    return Dataset(
-        x=np.asarray(xs, dtype=np.float32).reshape(-1, WIDTH)[order],
-        secs=np.asarray(secs, dtype=np.float64)[order],
-        group=np.asarray(groups, dtype=np.int64)[order],
-        record_id=np.asarray(ids, dtype=np.int64)[order],
-        per_store=[stores[i] for i in order],
-        workloads=infos,
-    )
+            out[wrecs[i][0]] = (feats.pooled[j], feats.per_store[j])
+            done += 1
+    return done, skipped

@@ -438,6 +438,8 @@ def _search(
             measure_callbacks=[recorder, ms.measure_callback.UpdateCostModel()],
             task_scheduler=ms.TaskScheduler.create("gradient"),
         )
+    if hasattr(cost_model, "store_features"):  # ours: cache its features of the job's records
+        cost_model.store_features(db.storage, target)  # for the next warm start (best effort)
 
 
 def trials_per_round(cap: int, remaining: int, n_tasks: int) -> int:

@@ -14,14 +14,25 @@ import logging
 from collections.abc import Mapping
 
 import numpy as np
+import tvm
 import xgboost as xgb
+from sqlalchemy import select
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 from tvm.s_tir.meta_schedule.runner import RunnerResult
 
-from database import shash_of
-from tuner.cost_model.features import extractor, featurize, reference, shape_features
+from database import Storage, TargetKey, shash_of
+from database.errors import DatabaseError
+from database.models import RecordRow, WorkloadRow
+from tuner.cost_model.cache import CHUNK, store_features
+from tuner.cost_model.features import (
+    CandidateFeatures,
+    extractor,
+    featurize,
+    reference,
+    shape_features,
+)
 from tuner.cost_model.ranker import (
     RankerParams,
     fit_ranker,
@@ -74,6 +85,9 @@ class TunefarmModel(PyCostModel):
         self.ranker: xgb.Booster | None = base
         self.validity: xgb.Booster | None = None
         self.updates = 0
+        # features of measured candidates by (workload shash, candidate hash), kept until
+        # store_features caches them for the records the job wrote
+        self._measured: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
 
     # ------------------------------------------------------------------ data
     def add_local(self, x: np.ndarray, secs: np.ndarray, keys: list[str]) -> None:
@@ -110,13 +124,48 @@ class TunefarmModel(PyCostModel):
         self.ranker = online or self.base
         self.validity = fit_validity(x, secs, self.params)
 
-    def _features(self, context: ms.TuneContext, candidates: list[ms.MeasureCandidate]):
+    def _features(
+        self, context: ms.TuneContext, candidates: list[ms.MeasureCandidate]
+    ) -> tuple[str, CandidateFeatures]:
         key = shash_of(context.mod)
         if key not in self._shape:
             self._shape[key] = shape_features(context.mod, self.buckets.get(key))
             self._ref[key] = reference(context, self.fx)
-        feats = featurize(context, candidates, self._shape[key], self.fx, self._ref[key])
-        return key, feats.pooled
+        return key, featurize(context, candidates, self._shape[key], self.fx, self._ref[key])
+
+    def store_features(self, storage: Storage, target: tvm.target.Target) -> int:
+        """Cache the features of the measured candidates that are records of ``storage`` for
+        ``target`` (the job's own records), so the next warm start need not replay them.
+
+        Best effort (see :func:`tuner.cost_model.cache.store_features`); returns rows stored.
+        """
+        if not self._measured or storage.read_only:
+            return 0
+        hashes = sorted({c for _, c in self._measured})
+        tkey = TargetKey.of(target).key
+        rows = []
+        for start in range(0, len(hashes), CHUNK):
+            query = (
+                select(
+                    RecordRow.id, RecordRow.workload_id, WorkloadRow.shash, RecordRow.candidate_hash
+                )
+                .join(WorkloadRow, WorkloadRow.id == RecordRow.workload_id)
+                .where(
+                    RecordRow.target_key == tkey,
+                    RecordRow.candidate_hash.in_(hashes[start : start + CHUNK]),
+                )
+            )
+            try:
+                rows.extend(storage.run(lambda s, q=query: list(s.execute(q)), write=False))
+            except DatabaseError as err:
+                log.info("cost model: features not cached (%s)", err)
+                return 0
+        found = [
+            (rid, wid, *self._measured[(shash, chash)])
+            for rid, wid, shash, chash in rows
+            if (shash, chash) in self._measured
+        ]
+        return store_features(storage, found)
 
     # ------------------------------------------------------------------ interface
     def load(self, path: str) -> None:
@@ -139,9 +188,12 @@ class TunefarmModel(PyCostModel):
     ) -> None:
         if not candidates:
             return
-        key, x = self._features(context, candidates)
+        key, feats = self._features(context, candidates)
+        x = feats.pooled
         if len(x) != len(results):
             return
+        for cand, row, stores in zip(candidates, x, feats.per_store, strict=True):
+            self._measured[(key, shash_of(cand.sch.mod))] = (row, stores)
         self.add_local(x, np.array([result_secs(r) for r in results]), [key] * len(x))
         self.updates += 1
         self.refit()
@@ -149,5 +201,5 @@ class TunefarmModel(PyCostModel):
     def predict(self, context: ms.TuneContext, candidates: list[ms.MeasureCandidate]) -> np.ndarray:
         if self.ranker is None:
             return self.rng.uniform(size=len(candidates)).astype("float64")
-        _, x = self._features(context, candidates)
-        return score(self.ranker, self.validity, x).astype("float64")
+        _, feats = self._features(context, candidates)
+        return score(self.ranker, self.validity, feats.pooled).astype("float64")

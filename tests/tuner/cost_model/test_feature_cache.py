@@ -1,0 +1,173 @@
+"""The per-record feature cache: filled by the first load, serving the second without replay,
+invalidated by the feature version, best effort on read-only databases, filled by a job."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+
+import numpy as np
+import pytest
+import tvm
+from sqlalchemy import create_engine, insert, select, text, update
+from sqlalchemy.engine import make_url
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+from database import Storage, TargetKey, shash_of
+from database.models import RecordFeatures, RecordRow, WorkloadRow
+from tuner.cost_model.dataset import Dataset, load_dataset
+from tuner.cost_model.features import FEATURE_VERSION, replay_candidates
+from tuner.cost_model.model import TunefarmModel
+from tuner.fastimport import preload_tensor_intrin
+
+
+def _copy_history(src: str, dst: str) -> Storage:
+    """A TuneFarm database at ``dst`` holding ``src``'s workloads and records (ids kept)."""
+    source = Storage(src, create=False)
+    storage = Storage(dst)
+    for table in (WorkloadRow.__table__, RecordRow.__table__):
+        rows = [
+            dict(r._mapping) for r in source.run(lambda s, t=table: list(s.execute(t.select())))
+        ]
+        for row in rows:
+            row.pop("job_id", None)
+        storage.run(lambda s, t=table, r=rows: s.execute(insert(t), r))
+    return storage
+
+
+def _cache_rows(storage: Storage) -> dict[int, int]:
+    query = select(RecordFeatures.record_id, RecordFeatures.feature_version)
+    return dict(storage.run(lambda s: list(s.execute(query))))
+
+
+def _same(a: Dataset, b: Dataset) -> None:
+    np.testing.assert_array_equal(a.record_id, b.record_id)
+    np.testing.assert_array_equal(a.x, b.x)
+    np.testing.assert_array_equal(a.secs, b.secs)
+    np.testing.assert_array_equal(a.group, b.group)
+    assert len(a.per_store) == len(b.per_store)
+    for p, q in zip(a.per_store, b.per_store, strict=True):
+        np.testing.assert_array_equal(p, q)
+
+
+@pytest.fixture(scope="module")
+def key(llvm_target) -> TargetKey:
+    preload_tensor_intrin()
+    return TargetKey.of(llvm_target)
+
+
+def test_second_load_is_served_from_the_cache(any_url, cm_db, key) -> None:
+    storage = _copy_history(cm_db.url, any_url)
+    first = load_dataset(storage, key)
+    n = len(first)
+    assert n >= 40 and first.replayed == n and first.cached == 0
+    assert _cache_rows(storage) == {int(i): FEATURE_VERSION for i in first.record_id}
+    second = load_dataset(Storage(any_url, create=False), key)
+    assert second.replayed == 0 and second.cached == n
+    _same(first, second)
+    _same(first, load_dataset(storage, key, cache=False))  # equal to a fresh replay
+    # a subset (newest records, records after an id) is served from the cache too
+    newest = load_dataset(storage, key, max_records=5)
+    assert newest.replayed == 0 and list(newest.record_id) == list(first.record_id[-5:])
+    after = load_dataset(storage, key, after_id=int(first.record_id[-3]))
+    assert after.replayed == 0 and list(after.record_id) == list(first.record_id[-2:])
+
+
+def test_feature_version_or_workload_change_invalidates(cm_db, key, sqlite_url) -> None:
+    storage = _copy_history(cm_db.url, sqlite_url)
+    first = load_dataset(storage, key)
+    old, moved = (int(i) for i in first.record_id[:2])
+    storage.run(
+        lambda s: s.execute(
+            update(RecordFeatures)
+            .where(RecordFeatures.record_id == old)
+            .values(feature_version=FEATURE_VERSION - 1, pooled=b"\0" * 8)
+        )
+    )
+    storage.run(  # a cached row of another workload (a record moved by `db check --fix`)
+        lambda s: s.execute(
+            update(RecordFeatures).where(RecordFeatures.record_id == moved).values(workload_id=-1)
+        )
+    )
+    again = load_dataset(storage, key)
+    assert again.replayed == 2 and again.cached == len(first) - 2
+    _same(first, again)
+    assert _cache_rows(storage)[old] == FEATURE_VERSION  # the stale row was replaced
+    assert load_dataset(storage, key).replayed == 0
+
+
+def test_read_only_sqlite_loads_without_caching(cm_db, key, tmp_path) -> None:
+    path = tmp_path / "pack.db"
+    _copy_history(cm_db.url, f"sqlite:///{path}").dispose()
+    os.chmod(path, 0o444)
+    ro = Storage(f"sqlite:///{path}", create=False)
+    assert ro.read_only
+    first = load_dataset(ro, key)
+    assert len(first) >= 40 and first.replayed == len(first)
+    assert _cache_rows(ro) == {}
+    assert load_dataset(ro, key).replayed == len(first)  # still works, just not cached
+    # a read-only copy of a database with a filled cache is served from it
+    os.chmod(path, 0o644)
+    load_dataset(Storage(f"sqlite:///{path}", create=False), key)
+    os.chmod(path, 0o444)
+    cached = load_dataset(Storage(f"sqlite:///{path}", create=False), key)
+    assert cached.replayed == 0
+    _same(first, cached)
+
+
+@pytest.mark.postgres
+def test_read_only_postgres_role_loads_without_caching(cm_db, key, tmp_path) -> None:
+    from tests.conftest import pg_database
+
+    with pg_database() as url:
+        storage = _copy_history(cm_db.url, url)
+        n = len(load_dataset(storage, key, cache=False))
+        role = f"tf_ro_{uuid.uuid4().hex[:8]}"
+        admin = create_engine(make_url(storage.engine.url), isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            conn.execute(text(f"CREATE ROLE {role} LOGIN"))
+            conn.execute(text(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}"))
+        try:
+            ro_url = make_url(url).set(username=role, password=None)
+            ro = Storage(ro_url.render_as_string(hide_password=False), create=False)
+            first = load_dataset(ro, key)
+            assert len(first) == n and first.replayed == n
+            assert _cache_rows(storage) == {}  # the insert was refused, and logged
+            ro.dispose()
+        finally:
+            storage.dispose()
+            with admin.connect() as conn:
+                conn.execute(text(f"DROP OWNED BY {role}"))
+                conn.execute(text(f"DROP ROLE {role}"))
+            admin.dispose()
+
+
+def test_model_caches_the_features_of_measured_candidates(cm_db, key, llvm_target, sqlite_url):
+    """What the job does after its search: the cost model stores the features it computed for
+    its measured candidates against their records; they equal a replay's."""
+    storage = _copy_history(cm_db.url, sqlite_url)
+    query = select(WorkloadRow.id, WorkloadRow.mod_json, WorkloadRow.bucket_json)
+    workloads = storage.run(lambda s: list(s.execute(query)))
+    model = TunefarmModel(buckets={})
+    measured = 0
+    for wid, mod_json, bucket_json in workloads:
+        mod = tvm.ir.load_json(mod_json)
+        model.buckets[shash_of(mod)] = json.loads(bucket_json) if bucket_json else None
+        q = select(RecordRow.trace_json, RecordRow.args_info_json, RecordRow.mean_sec).where(
+            RecordRow.workload_id == wid
+        )
+        recs = storage.run(lambda s, q=q: list(s.execute(q)))
+        cands, kept = replay_candidates(mod, llvm_target, [(r[0], r[1]) for r in recs])
+        ctx = ms.TuneContext(mod=mod, target=llvm_target, space_generator="post-order-apply")
+        results = [RunnerResult(run_secs=[recs[i][2] or 1.0], error_msg=None) for i in kept]
+        model.update(ctx, cands, results)
+        measured += len(cands)
+    assert model.store_features(storage, llvm_target) == measured
+    cached = load_dataset(storage, key)
+    assert cached.replayed == 0 and len(cached) == measured
+    replayed = load_dataset(storage, key, cache=False)
+    np.testing.assert_allclose(cached.x, replayed.x, rtol=1e-6, atol=1e-6)
+    for p, q in zip(cached.per_store, replayed.per_store, strict=True):
+        np.testing.assert_allclose(p, q, rtol=1e-6, atol=1e-6)

@@ -44,10 +44,10 @@ MATMUL = {"kind": "matmul"}
 
 # --------------------------------------------------------------------------- statistics
 def stat(samples: list[float]) -> dict[str, Any]:
-    """Median and relative spread ((max - min) / median) of repeated measurements."""
+    """Median, relative spread ((max - min) / median) and minimum of repeated measurements."""
     med = statistics.median(samples)
     spread = (max(samples) - min(samples)) / med if med > 0 else 0.0
-    return {"median": med, "spread": spread, "n": len(samples)}
+    return {"median": med, "spread": spread, "n": len(samples), "min": min(samples)}
 
 
 def invalid_reason(t: Any, peak_gflops: float | None = None) -> str | None:

@@ -80,6 +80,10 @@ def check(rounds: int = 15, min_ms: float = 20.0) -> dict[str, Any]:
     return out
 
 
+def _fmt(t: dict[str, Any]) -> str:
+    return f"median {t['median'] * 1e3:.3f} ms ± {t['spread']:.0%}, min {t['min'] * 1e3:.3f} ms"
+
+
 def main(argv: list[str] | None = None) -> int:
     prog = "python -m benchmarks.baseline_check"
     parser = argparse.ArgumentParser(prog=prog, description=__doc__)
@@ -91,9 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     res = check(args.rounds, args.min_ms)
     for key in ("a_in_process_after_tvm", "b_baseline_process_interleaved"):
         t = res[key]["numpy"]
-        print(f"{key}: numpy {t['median'] * 1e3:.3f} ms ± {t['spread']:.0%}", file=sys.stderr)
-    t = res["numpy_alone_in_baseline_process"]
-    print(f"numpy alone: {t['median'] * 1e3:.3f} ms ± {t['spread']:.0%}", file=sys.stderr)
+        print(f"{key}: numpy {_fmt(t)}", file=sys.stderr)
+    print(f"numpy alone: {_fmt(res['numpy_alone_in_baseline_process'])}", file=sys.stderr)
     print(json.dumps(res, indent=2))
     return 0
 

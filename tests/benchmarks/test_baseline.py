@@ -121,7 +121,7 @@ def test_interleave_alternates_and_rotates() -> None:
 
     out = interleave({"a": lambda: timer("a"), "b": lambda: timer("b")}, 3, warmup=False)
     assert calls == ["a", "b", "b", "a", "a", "b"]
-    assert out["a"] == {"median": 1.0, "spread": 0.0, "n": 3}
+    assert out["a"] == {"median": 1.0, "spread": 0.0, "n": 3, "min": 1.0}
 
 
 def test_wait_quiet_returns_when_idle() -> None:

@@ -137,22 +137,18 @@ def detach(mod: tvm.IRModule) -> tuple[tvm.IRModule, tuple[np.ndarray, ...]]:
     return mod, tuple(p.numpy() for p in params.get("main", []))
 
 
-def clip_constant_takes(mod: tvm.IRModule) -> tvm.IRModule:
-    """``take`` with a constant index in ``mode="fast"`` -> ``mode="clip"``: the same result
-    (the frontends emit such takes with in-range indices), without TVM printing "Fast mode
-    segfaults when there are out-of-bounds indices" at every legalization."""
+def clip_takes(mod: tvm.IRModule) -> tvm.IRModule:
+    """``take`` in ``mode="fast"`` -> ``mode="clip"``: the same result for in-range indices
+    (constant ones, and token ids within the vocabulary), no segfault on an out-of-range token
+    id, and no "Fast mode segfaults when there are out-of-bounds indices" printed by TVM at
+    every legalization."""
     take = tvm.ir.Op.get("relax.take")
 
     @relax.expr_functor.mutator
     class _Clip(relax.PyExprMutator):
         def visit_call_(self, call: relax.Call) -> relax.Expr:
             call = super().visit_call_(call)
-            if (
-                isinstance(call, relax.Call)
-                and call.op.same_as(take)
-                and call.attrs.mode == "fast"
-                and isinstance(call.args[1], tvm.ir.expr.GenericConst)
-            ):
+            if isinstance(call, relax.Call) and call.op.same_as(take) and call.attrs.mode == "fast":
                 return relax.op.take(call.args[0], call.args[1], call.attrs.axis, mode="clip")
             return call
 
@@ -161,3 +157,47 @@ def clip_constant_takes(mod: tvm.IRModule) -> tvm.IRModule:
         if isinstance(func, relax.Function):
             out[gv] = _Clip(mod).visit_expr(func)
     return out
+
+
+@dataclass(frozen=True)
+class LegalizeFailure:
+    """The first call of a Relax function that ``LegalizeOps`` cannot lower: the operator,
+    the name of the variable it is bound to, and TVM's error."""
+
+    op: str
+    var: str
+    error: BaseException
+
+
+def legalize_failure(mod: tvm.IRModule) -> LegalizeFailure | None:
+    """None when ``LegalizeOps`` lowers ``mod``; else the failing call, found by legalizing
+    the calls one by one (TVM's own error names neither the operator nor the binding)."""
+    try:
+        with quiet():
+            relax.transform.LegalizeOps()(mod)
+        return None
+    except Exception as err:
+        first = err
+    found: list[LegalizeFailure] = []
+
+    @relax.expr_functor.visitor
+    class _Probe(relax.PyExprVisitor):
+        def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+            call = binding.value
+            if found or not isinstance(call, relax.Call) or not isinstance(call.op, tvm.ir.Op):
+                return
+            legalize = call.op.get_attr("FLegalize")
+            if legalize is None:
+                return
+            bb = relax.BlockBuilder(mod)
+            try:
+                with quiet(), bb.function("probe", []):
+                    legalize(bb, call)
+                    bb.emit_func_output(relax.Tuple([]))
+            except Exception as err:
+                found.append(LegalizeFailure(call.op.name, binding.var.name, err))
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function) and not found:
+            _Probe().visit_expr(func)
+    return found[0] if found else LegalizeFailure("", "", first)

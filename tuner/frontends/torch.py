@@ -1,17 +1,24 @@
-"""PyTorch exported programs (``.pt2``, written by ``torch.export.save``) via
-``tvm.relax.frontend.torch.from_exported_program``.
+"""PyTorch exported programs (``.pt2``, written by ``torch.export.save``) into Relax.
+
+The import is TVM's ``ExportedProgramImporter`` with every tensor's symbolic shape restored
+from the program's own metadata and the symbols' ranges used to keep slices in bounds
+(:mod:`tuner.frontends.torch_importer`), so plain ``torch.export`` files of Hugging Face
+models import and build. An output type that only its library registers with pytree
+(``transformers``' ``ModelOutput`` classes) is imported on demand.
 
 A ``.pt2`` file does not keep the names of the ``torch.export.Dim`` objects: torch renames every
 dynamic dim to a symbol such as ``s27``. :func:`export` (or ``torch.export.save`` with the
 extra file :data:`DIMS_FILE`) records them, and the import renames the symbols back, so
 ``--shape seq=16,128`` works on a model exported with ``Dim("seq")``. Without the record the
-torch symbol names are kept (an unknown ``--shape`` name lists them).
+torch symbol names are kept; ``--shape INPUT.AXIS=...`` addresses them by input and axis.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,10 +28,11 @@ import numpy as np
 from tuner.errors import TuneFarmError
 from tuner.frontends import (
     Imported,
-    clip_constant_takes,
+    clip_takes,
     detach,
     first_line,
     identifier,
+    legalize_failure,
     quiet,
     rename_symbolic_vars,
     require,
@@ -79,33 +87,122 @@ def dim_names(ep: Any, dynamic_shapes: Mapping[str, Any] | Sequence[Any] | None)
 
 
 def load_exported(path: Path, *, keep_params: bool = False) -> Imported:
-    """Import a ``.pt2`` file; weights become constants unless ``keep_params``."""
+    """Import a ``.pt2`` file; weights become constants unless ``keep_params``.
+
+    The import restores every tensor's symbolic shape from the program's own metadata
+    (:mod:`tuner.frontends.torch_importer`) and checks that the module legalizes; a failure
+    is one line naming the operator, the node of the model and a hint.
+    """
     torch = require("torch", "torch", ".pt2")
     extra = {DIMS_FILE: ""}
-    try:
-        with quiet():
-            ep = torch.export.load(str(path), extra_files=extra)
-    except Exception as err:
-        raise TuneFarmError(
-            f"cannot read {path} as a torch.export program: {first_line(err)}"
-        ) from None
-    from tvm.relax.frontend.torch import from_exported_program
+    ep = _load_program(torch, path, extra)
+    from tuner.frontends.torch_importer import (
+        NodeImportError,
+        describe_node,
+        import_program,
+        op_name,
+    )
 
     try:
         with quiet():
-            mod = from_exported_program(ep, keep_params_as_input=keep_params)
+            mod, importer = import_program(ep, keep_params=keep_params)
+    except NodeImportError as err:
+        raise TuneFarmError(
+            f"cannot import {path} into Relax: {op_name(err.node)} at "
+            f"{describe_node(err.node)}: {first_line(err.cause)}; hint: {_hint(err.cause)}"
+        ) from None
     except Exception as err:
         raise TuneFarmError(f"cannot import {path} into Relax: {first_line(err)}") from None
+    mod = clip_takes(mod)
+    failure = legalize_failure(mod)
+    if failure is not None:
+        node = _node_of(mod, failure.var, importer.var_nodes)
+        where = f" at {describe_node(node)}" if node is not None else ""
+        if failure.op:
+            where = f" {failure.op} (from {op_name(node)}){where}" if node else f" {failure.op}"
+        raise TuneFarmError(
+            f"cannot legalize {path}:{where}: {first_line(failure.error)}; hint: TVM cannot "
+            "lower this operator with these shapes; export this part with static shapes or "
+            "report it with the node's source line"
+        )
     try:
         names = json.loads(extra[DIMS_FILE]) if extra[DIMS_FILE] else {}
     except (ValueError, TypeError):
         names = {}
     mod = rename_symbolic_vars(mod, {str(k): identifier(str(v)) for k, v in names.items()})
-    mod = clip_constant_takes(mod)
     params: tuple = ()
     if keep_params:
         mod, params = detach(mod)
     return Imported(mod=mod, params=params, reference=Reference("pytorch", _runner(ep)))
+
+
+_UNREGISTERED = re.compile(r"Deserializing ([\w.]+) in pytree is not registered")
+
+
+def _load_program(torch: Any, path: Path, extra: dict[str, str]) -> Any:
+    """``torch.export.load``; an output type that only its library registers with pytree
+    (``transformers.modeling_outputs.BaseModelOutput...``) is imported and the load retried."""
+    tried: set[str] = set()
+    while True:
+        try:
+            with quiet():
+                return torch.export.load(str(path), extra_files=extra)
+        except Exception as err:
+            cls = _unregistered_type(path)
+            if cls is None or cls in tried:
+                raise TuneFarmError(
+                    f"cannot read {path} as a torch.export program: {first_line(err)}"
+                ) from None
+            tried.add(cls)
+            module = cls.rsplit(".", 1)[0]
+            try:
+                with quiet():
+                    importlib.import_module(module)
+            except ImportError:
+                top = module.split(".")[0]
+                hint = " (tunefarm[hf])" if top == "transformers" else ""
+                raise TuneFarmError(
+                    f"cannot read {path}: its outputs are {cls}, a type {top} defines: "
+                    f"pip install {top}{hint}"
+                ) from None
+
+
+def _unregistered_type(path: Path) -> str | None:
+    """The pytree type a failed load of ``path`` did not know, from torch's own loader."""
+    try:
+        from torch.export.pt2_archive._package import load_pt2
+
+        with quiet():
+            load_pt2(str(path))
+    except Exception as err:
+        text = f"{err} {err.__cause__ or ''}"
+        match = _UNREGISTERED.search(text)
+        return match.group(1) if match else None
+    return None
+
+
+def _hint(err: BaseException) -> str:
+    if "Unsupported function types" in str(err):
+        return (
+            "TVM's importer has no converter for this operator; replace it in the model "
+            "(or compute it outside the exported part)"
+        )
+    return (
+        "TVM's importer does not handle this use of the operator; export this part with "
+        "static shapes or report it with the node's source line"
+    )
+
+
+def _node_of(mod: Any, var: str, var_nodes: Mapping[str, Any]) -> Any:
+    """The FX node whose conversion emitted the binding ``var`` of ``main``: the node of the
+    first binding from ``var`` on that is a node's result (a converter may emit several)."""
+    names = [b.var.name for block in mod["main"].body.blocks for b in block.bindings]
+    if var not in names:
+        return None
+    for name in names[names.index(var) :]:
+        if name in var_nodes:
+            return var_nodes[name]
+    return None
 
 
 def _runner(ep: Any) -> Callable[..., list[np.ndarray]]:

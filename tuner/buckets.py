@@ -25,13 +25,17 @@ DEFAULT_BUCKETS = (1, 16, 64, 256)
 
 def parse_shape_options(options: list[str]) -> dict[str, list[int]]:
     """``["b=1,8", "s=16"]`` → ``{"b": [1, 8], "s": [16]}`` with one-line errors; the values
-    of a variable given twice are merged (``["b=1", "b=8"]`` → ``{"b": [1, 8]}``)."""
+    of a variable given twice are merged (``["b=1", "b=8"]`` → ``{"b": [1, 8]}``). A key may
+    also name an input's axis, ``INPUT.AXIS`` (``input_ids.1=16,64``): :func:`choose_buckets`
+    resolves it to the variable at that axis."""
     out: dict[str, list[int]] = {}
     for opt in options:
         name, sep, values = opt.partition("=")
         name = name.strip()
-        if not sep or not name.isidentifier():
-            raise TuneFarmError(f"--shape expects VAR=V1,V2,... (got {opt!r})")
+        if not sep or not (name.isidentifier() or _axis_key(name) is not None):
+            raise TuneFarmError(
+                f"--shape expects VAR=V1,V2,... or INPUT.AXIS=V1,V2,... (got {opt!r})"
+            )
         try:
             nums = sorted({int(v) for v in values.split(",") if v.strip()})
         except ValueError:
@@ -41,6 +45,92 @@ def parse_shape_options(options: list[str]) -> dict[str, list[int]]:
         if not nums or nums[0] < 1:
             raise TuneFarmError(f"--shape {name}: values must be positive integers")
         out[name] = sorted({*out.get(name, []), *nums})
+    return out
+
+
+def _axis_key(key: str) -> tuple[str, int] | None:
+    """``"input_ids.1"`` → ``("input_ids", 1)``; None when ``key`` is not ``INPUT.AXIS``."""
+    inp, dot, axis = key.rpartition(".")
+    if not dot or not inp or not axis.isdigit() or any(c in inp for c in "=, "):
+        return None
+    return inp, int(axis)
+
+
+def data_inputs(mod: tvm.IRModule, entry: str = "main") -> list[relax.Var]:
+    """The entry function's data inputs (weights kept as inputs, ``num_input``, excluded)."""
+    params = list(mod[entry].params)
+    attrs = mod[entry].attrs
+    num = attrs.get("num_input") if attrs is not None else None
+    return params[: int(num)] if num is not None else params
+
+
+def symbolic_dims(mod: tvm.IRModule, entry: str = "main") -> dict[str, list[tuple[str, int]]]:
+    """Each symbolic variable of the entry function's inputs → the ``(input, axis)`` pairs
+    whose extent is exactly that variable, in order (an axis like ``2*s`` is not listed)."""
+    out: dict[str, list[tuple[str, int]]] = {name: [] for name in symbolic_vars(mod, entry)}
+    for param in data_inputs(mod, entry):
+        ty = param.ty
+        if isinstance(ty, relax.TensorType) and ty.shape is not None:
+            for axis, dim in enumerate(ty.shape.values):
+                if isinstance(dim, tvm.tirx.Var) and dim.name in out:
+                    out[dim.name].append((param.name, axis))
+    return out
+
+
+def lower_bounds(mod: tvm.IRModule, entry: str = "main") -> dict[str, int]:
+    """``tir_var_lower_bound`` of the entry function."""
+    attrs = mod[entry].attrs
+    bounds = attrs.get("tir_var_lower_bound") if attrs is not None else None
+    return {str(k): int(v) for k, v in bounds.items()} if bounds else {}
+
+
+def describe_vars(mod: tvm.IRModule, entry: str = "main") -> str:
+    """``s98: input_ids axis 1, 2..256; b: x axis 0`` — where each symbolic variable appears
+    and its range, for error messages."""
+    lows, highs = lower_bounds(mod, entry), upper_bounds(mod, entry)
+    parts = []
+    for name, where in symbolic_dims(mod, entry).items():
+        text = name
+        if where:
+            text += ": " + ", ".join(f"{inp} axis {axis}" for inp, axis in where)
+        if name in lows or name in highs:
+            text += f", {lows.get(name, 1)}..{highs.get(name, 'inf')}"
+        parts.append(text)
+    return "; ".join(parts) or "none"
+
+
+def resolve_shape_keys(mod: tvm.IRModule, cli: dict[str, list[int]]) -> dict[str, list[int]]:
+    """``cli`` with each ``INPUT.AXIS`` key replaced by the name of the symbolic variable at
+    that axis (values of keys naming one variable are merged). One-line errors for an unknown
+    input, an axis out of range, a static axis or one whose extent is an expression."""
+    inputs = {p.name: p for p in data_inputs(mod)}
+    out: dict[str, list[int]] = {}
+    for key, values in cli.items():
+        name = key
+        parsed = None if key.isidentifier() else _axis_key(key)
+        if parsed is not None:
+            inp, axis = parsed
+            param = inputs.get(inp)
+            if param is None:
+                raise TuneFarmError(
+                    f"--shape {key}: the model has no input {inp!r} "
+                    f"(inputs: {', '.join(inputs) or 'none'})"
+                )
+            ty = param.ty
+            shape = ty.shape.values if isinstance(ty, relax.TensorType) and ty.shape else None
+            if shape is None or axis >= len(shape):
+                ndim = len(shape) if shape is not None else "unknown"
+                raise TuneFarmError(f"--shape {key}: {inp} has no axis {axis} (ndim {ndim})")
+            dim = shape[axis]
+            if isinstance(dim, tvm.tirx.IntImm):
+                raise TuneFarmError(f"--shape {key}: axis {axis} of {inp} is static ({dim})")
+            if not isinstance(dim, tvm.tirx.Var):
+                raise TuneFarmError(
+                    f"--shape {key}: axis {axis} of {inp} is {dim}, not a variable; "
+                    f"address its variables ({describe_vars(mod)})"
+                )
+            name = dim.name
+        out[name] = sorted({*out.get(name, []), *values})
     return out
 
 
@@ -69,14 +159,28 @@ def choose_buckets(
     cli: dict[str, list[int]] | None = None,
     model_defaults: dict[str, list[int]] | None = None,
 ) -> dict[str, list[int]]:
-    """Bucket values for every symbolic variable of the model (see module docstring)."""
+    """Bucket values for every symbolic variable of the model (see module docstring).
+
+    ``INPUT.AXIS`` keys of ``cli`` are resolved to variable names (:func:`resolve_shape_keys`)
+    *in place*, so a caller's later ``cli.get(name)`` sees them."""
     names = symbolic_vars(mod)
-    cli, model_defaults = cli or {}, model_defaults or {}
+    cli, model_defaults = cli if cli is not None else {}, model_defaults or {}
+    resolved = resolve_shape_keys(mod, cli)
+    cli.clear()
+    cli.update(resolved)
     unknown = sorted(set(cli) - set(names))
     if unknown:
-        valid = ", ".join(names) or "none"
+        dims = symbolic_dims(mod)
+        example = next(((n, w[0]) for n, w in dims.items() if w), None)
+        how = (
+            f"; address an axis as INPUT.AXIS, e.g. --shape {example[1][0]}.{example[1][1]}="
+            f"V1,V2 for {example[0]}"
+            if example
+            else ""
+        )
         raise TuneFarmError(
-            f"--shape names unknown variable(s) {', '.join(unknown)}; model has {valid}"
+            f"--shape names unknown variable(s) {', '.join(unknown)}; model has "
+            f"{describe_vars(mod)}{how}"
         )
     bounds = upper_bounds(mod)
     out = {}

@@ -246,8 +246,9 @@ def bench(
         list[str] | None,
         typer.Option(
             "--shape",
-            help="Values of a symbolic dim to sweep: VAR=V1,V2,... (repeatable; the values "
-            "of a VAR given twice are merged); default: the buckets plus off-bucket values.",
+            help="Values of a symbolic dim to sweep: VAR=V1,V2,... or INPUT.AXIS=V1,V2,... "
+            "(e.g. input_ids.1=16,64; repeatable; the values of a VAR given twice are "
+            "merged); default: the buckets plus off-bucket values.",
         ),
     ] = None,
     json_out: Annotated[

@@ -265,8 +265,9 @@ ShapeOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--shape",
-        help="Buckets of a symbolic dim: VAR=V1,V2,... (repeatable; the values of a VAR given "
-        "twice are merged: --shape b=1 --shape b=8 is b=1,8).",
+        help="Buckets of a symbolic dim: VAR=V1,V2,... or INPUT.AXIS=V1,V2,... for the "
+        "variable at that axis of an input (e.g. input_ids.1=16,64; repeatable; the values "
+        "of a VAR given twice are merged: --shape b=1 --shape b=8 is b=1,8).",
     ),
 ]
 TuneAddressOpt = Annotated[

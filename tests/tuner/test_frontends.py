@@ -14,6 +14,7 @@ import tvm
 from tvm import relax
 from typer.testing import CliRunner
 
+from database import Storage
 from tests.cli_assert import one_line_error
 from tuner.bench import random_inputs
 from tuner.buckets import symbolic_vars, upper_bounds
@@ -84,7 +85,7 @@ def test_onnx_dim_param_names_are_kept(tmp_path: Path) -> None:
     result = runner.invoke(
         app, ["tune", str(path), "--shape", "batch=4", "--db", f"sqlite:///{tmp_path / 'x.db'}"]
     )
-    one_line_error(result, "model has batch_size, seq_len")
+    one_line_error(result, "model has batch_size: x axis 0; seq_len: x axis 1")
 
 
 # ---------------------------------------------------------------- PyTorch
@@ -137,7 +138,8 @@ def test_pt2_without_recorded_names_keeps_torch_symbols(tmp_path: Path) -> None:
     result = runner.invoke(
         app, ["tune", str(path), "--shape", "n=4", "--db", f"sqlite:///{tmp_path / 'x.db'}"]
     )
-    one_line_error(result, f"model has {name}")
+    one_line_error(result, f"model has {name}: input axis 0, 0..inf")
+    assert "--shape input.0=V1,V2" in result.output  # how to address the axis without a name
 
 
 # ---------------------------------------------------------------- bad files
@@ -183,7 +185,9 @@ def _write_bad(kind: str, tmp_path: Path) -> Path:
 def test_bad_model_files_give_one_line(tmp_path: Path, kind: str, needle: str, command) -> None:
     pytest.importorskip("onnx" if kind.endswith(".onnx") else "torch")
     path = _write_bad(kind, tmp_path)
-    result = runner.invoke(app, [command, str(path), "--db", f"sqlite:///{tmp_path / 'x.db'}"])
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    Storage(url).dispose()  # bench opens an existing database before the model
+    result = runner.invoke(app, [command, str(path), "--db", url])
     one_line_error(result, needle)
     assert "Traceback" not in result.output
 

@@ -2,8 +2,10 @@
 
 At job start, the base ranker of the target kind and arch is the latest snapshot when it is
 compatible (same format, feature and TVM versions, an XGBoost that reads it) and fresh (few
-valid records were added since); otherwise it is trained from the records and saved as a new
-snapshot, so every teammate's next job starts from it. A corrupt or incompatible snapshot is
+valid records were added since). A stale one is continued with a few boosting rounds on the
+new records only; without a usable snapshot the base is trained from the records. Either is
+saved as a new snapshot, so every teammate's next job starts from it. Features of records come
+from the per-record cache (:mod:`tuner.cost_model.cache`). A corrupt or incompatible snapshot is
 logged and skipped. The job's own workloads and the other buckets of their kernels are then
 loaded as weighted local data for the online part of the model.
 """
@@ -40,6 +42,9 @@ MIN_TRAIN_VALID = 16  # fewer valid records than this: no base model
 MAX_RECORDS = 20000  # the newest records a base model is trained on
 MAX_LOCAL = 2000  # the newest stored records of the job's workloads and neighbours
 REFRESH_RATIO = 0.25  # retrain when this share of new valid records was added since
+INCREMENT_ROUNDS = 40  # boosting rounds a stale snapshot is continued with on the new records
+MAX_TREES_RATIO = 4  # past this many times params.rounds trees, retrain from scratch
+INCREMENTAL = True  # continue a stale snapshot on the new records instead of retraining
 
 
 @dataclass(frozen=True)
@@ -47,7 +52,7 @@ class BaseModel:
     """The generic ranker a job starts from, and where it came from."""
 
     booster: xgb.Booster | None
-    source: str  # "snapshot", "trained" or "none"
+    source: str  # "snapshot", "continued", "trained" or "none"
     snapshot_id: int | None
     note: str
 
@@ -92,6 +97,59 @@ def train_base(
     return BaseModel(booster, "trained", snap_id, note)
 
 
+def continue_base(
+    storage: Storage, target: TargetKey, params: RankerParams, info: Any, blob: bytes
+) -> BaseModel | None:
+    """A stale snapshot continued (XGBoost's ``xgb_model``) with INCREMENT_ROUNDS rounds on
+    the records added since it was trained; saved as a new snapshot.
+
+    None when it cannot be continued (unreadable, or MAX_TREES_RATIO x ``params.rounds``
+    trees reached): retrain instead.
+    """
+    start = time.perf_counter()
+    try:
+        booster = from_bytes(blob)
+    except ValueError:
+        return None
+    if booster.num_boosted_rounds() + INCREMENT_ROUNDS > MAX_TREES_RATIO * params.rounds:
+        return None
+    after = int(info.trained_on.get("max_id") or 0)
+    ds = load_dataset(storage, target, after_id=after, max_records=MAX_RECORDS)
+    grown = fit_ranker(ds.x, ds.secs, ds.group, params, rounds=INCREMENT_ROUNDS, base=booster)
+    if grown is None:
+        return None
+    new = ds.trained_on()
+    trained_on = {
+        **new,
+        "min_id": info.trained_on.get("min_id", new["min_id"]),
+        "count": int(info.trained_on.get("count") or info.n_records) + new["count"],
+        "valid": int(info.trained_on.get("valid") or 0) + new["valid"],
+        "continued_from": info.id,
+        "new_records": new,
+    }
+    metrics = {
+        "train_sec": round(time.perf_counter() - start, 3),
+        "trees": grown.num_boosted_rounds(),
+        "train_new": evaluate(score_rows(grown, ds.x), ds.secs, ds.group),
+    }
+    snap_id = save_snapshot(
+        storage,
+        target_kind=target.kind,
+        target_arch=target.arch,
+        model_blob=to_bytes(grown),
+        format_version=FORMAT_VERSION,
+        xgboost_version=xgb.__version__,
+        feature_version=FEATURE_VERSION,
+        n_records=info.n_records + len(ds),
+        trained_on=trained_on,
+        metrics=metrics,
+        created_by=_user(),
+    )
+    note = f"snapshot #{info.id} continued on {len(ds)} new records"
+    log.info("cost model: %s", note)
+    return BaseModel(grown, "continued", snap_id, note)
+
+
 def score_rows(booster: xgb.Booster, x: np.ndarray) -> np.ndarray:
     return booster.predict(xgb.DMatrix(x), output_margin=True).astype(np.float64)
 
@@ -127,6 +185,10 @@ def base_model(
             new, _ = record_stats(storage, target.kind, target.arch, after_id=after)
             if new > max(MIN_TRAIN_VALID, REFRESH_RATIO * info.n_records):
                 why = f"{new} valid records added since it was trained"
+                if train and INCREMENTAL:
+                    grown = continue_base(storage, target, params, info, blob)
+                    if grown is not None:
+                        return grown
                 log.info("cost model: snapshot #%d is stale (%s); retraining", info.id, why)
             else:
                 try:

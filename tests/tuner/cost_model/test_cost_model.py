@@ -26,7 +26,7 @@ from tuner.cost_model.features import FEATURE_VERSION
 from tuner.cost_model.metrics import evaluate
 from tuner.cost_model.model import TunefarmModel
 from tuner.cost_model.ranker import FORMAT_VERSION, RankerParams, fit_ranker, from_bytes, to_bytes
-from tuner.cost_model.warm import base_model, score_rows
+from tuner.cost_model.warm import INCREMENT_ROUNDS, MAX_TREES_RATIO, base_model, score_rows
 from tuner.errors import TuneFarmError
 from tuner.job import TuneConfig, tune
 from tuner.model import load_model
@@ -161,6 +161,47 @@ def test_bad_snapshots_fall_back_to_training(cm_db, llvm_target, tmp_path, caplo
 
     reuse = base_model(storage, key, PARAMS)
     assert reuse.source == "snapshot" and reuse.snapshot_id == again.snapshot_id
+
+
+def test_stale_snapshot_is_continued_on_new_records(cm_db, llvm_target, tmp_path) -> None:
+    """A snapshot trained on the older half is continued (not retrained) on the newer half."""
+    path = tmp_path / "copy.db"
+    copy_sqlite(cm_db.path, path)
+    storage = Storage(f"sqlite:///{path}")
+    key = TargetKey.of(llvm_target)
+    full = load_dataset(storage, key)
+    mid = int(full.record_id[len(full) // 2 - 1])
+    old = full.subset(full.record_id <= mid)
+    booster = fit_ranker(old.x, old.secs, old.group, PARAMS)
+    first = _snapshot(
+        storage,
+        to_bytes(booster),
+        target_kind=key.kind,
+        target_arch=key.arch,
+        n_records=len(old),
+        trained_on=old.trained_on(),
+    )
+    grown = base_model(storage, key, PARAMS)
+    assert grown.source == "continued" and grown.snapshot_id > first
+    assert grown.booster.num_boosted_rounds() == PARAMS.rounds + INCREMENT_ROUNDS
+    info, _ = latest_snapshot(storage, key.kind, key.arch)
+    assert info.n_records == len(full) and info.trained_on["count"] == len(full)
+    assert info.trained_on["max_id"] == int(full.record_id[-1])
+    assert info.trained_on["continued_from"] == first
+    assert base_model(storage, key, PARAMS).source == "snapshot"  # fresh again: reused
+    # a snapshot that has grown MAX_TREES_RATIO x rounds trees is retrained from scratch
+    big = fit_ranker(old.x, old.secs, old.group, PARAMS, rounds=MAX_TREES_RATIO * PARAMS.rounds)
+    _snapshot(
+        storage,
+        to_bytes(big),
+        target_kind=key.kind,
+        target_arch=key.arch,
+        n_records=len(old),
+        trained_on=old.trained_on(),
+    )
+    retrained = base_model(storage, key, PARAMS)
+    assert retrained.source == "trained"
+    assert retrained.booster.num_boosted_rounds() == PARAMS.rounds
 
 
 # ---------------------------------------------------------------------- CLI

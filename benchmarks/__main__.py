@@ -1,7 +1,7 @@
 """Model benchmark: tune each example model at a fixed budget, then time tuned vs untuned vs numpy.
 
 Other benchmarks by first argument: ``suite`` (the whole scoreboard, ``make bench``; see
-:mod:`benchmarks.suite`), ``symbolic``, ``database``.
+:mod:`benchmarks.suite`), ``symbolic``, ``database``, ``warm-start``.
 
 All ratios are measured side by side in one run. Results go to
 ``benchmarks/results/<date>-<host>.json``. Usage::
@@ -52,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.cost_model import main as cost_model_main
 
         return cost_model_main(argv[1:])
+    if argv and argv[0] == "warm-start":
+        from benchmarks.warm_start import main as warm_start_main
+
+        return warm_start_main(argv[1:])
     if argv and argv[0] == "cost-model-study":
         from benchmarks.cost_model_study import main as study_main
 

@@ -123,7 +123,7 @@ def resolve_shape_keys(mod: tvm.IRModule, cli: dict[str, list[int]]) -> dict[str
                 raise TuneFarmError(f"--shape {key}: {inp} has no axis {axis} (ndim {ndim})")
             dim = shape[axis]
             if isinstance(dim, tvm.tirx.IntImm):
-                raise TuneFarmError(f"--shape {key}: axis {axis} of {inp} is static ({dim})")
+                raise TuneFarmError(f"--shape {key}: axis {axis} of {inp} is static ({int(dim)})")
             if not isinstance(dim, tvm.tirx.Var):
                 raise TuneFarmError(
                     f"--shape {key}: axis {axis} of {inp} is {dim}, not a variable; "

@@ -4,6 +4,7 @@ at several values of each dim, tuning through the CLI, and one-line errors for b
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ from tuner.bench import random_inputs
 from tuner.buckets import symbolic_vars, upper_bounds
 from tuner.cli import app
 from tuner.compile import compile as tf_compile
+from tuner.errors import TuneFarmError
 from tuner.model import load_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -271,3 +273,123 @@ def test_pt2_tune_build_bench_against_pytorch(pt2_mlp: Path, tmp_path: Path) -> 
     for r in rows:
         assert r["agree"] and r["reference"] == "pytorch", r
         assert r["reference_sec"] > 0 and r["vs_reference"] > 0
+
+
+# ---------------------------------------------------------------- plain torch.export files
+
+
+def _export_diff(path: Path, max_len: int) -> Path:
+    """``diff(x, dim=-1) + pos[:, :n-1]`` (pos a 16-long buffer), exported with plain
+    torch.export: slices along axis -1, a slice of a buffer to a symbolic length."""
+    import torch
+    from torch.export import Dim
+
+    class Diff(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("pos", torch.arange(16, dtype=torch.float32).reshape(1, 16))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.diff(x, dim=-1) + self.pos[:, : x.shape[1] - 1]
+
+    ep = torch.export.export(
+        Diff(), (torch.randn(2, 8),), dynamic_shapes=({1: Dim("n", min=3, max=max_len)},)
+    )
+    torch.export.save(ep, str(path))
+    return path
+
+
+def _check_diff(model, target, lengths: tuple[int, ...]) -> None:
+    ex, _ = tf_compile(model.mod, target, None)
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    (var,) = symbolic_vars(model.mod)
+    for n in lengths:
+        (x,) = random_inputs(model.mod["main"], {var: n}, np.random.default_rng(n), 1)
+        out = vm["main"](tvm.runtime.tensor(x))
+        out = out[0] if not hasattr(out, "numpy") else out
+        (expected,) = model.reference.fn(x)
+        np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_pt2_slices_of_buffers_build_and_match(tmp_path: Path, llvm_target) -> None:
+    """Slices provably in range (the symbol's range 3..16) keep exact extents, so a buffer
+    sliced to the input's length adds to it."""
+    pytest.importorskip("torch")
+    model = load_model(_export_diff(tmp_path / "diff.pt2", 16))
+    assert "T.min(" not in model.mod.script() and "R.match_cast" not in model.mod.script()
+    _check_diff(model, llvm_target, (3, 9, 16))
+
+
+def test_pt2_legalization_failure_names_the_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TVM's own slice with torch's negative axis (what TuneFarm's import avoids) fails in
+    legalization: one line naming the Relax operator, the torch operator, the node, the
+    user's source line and a hint, not TVM's bare check failure."""
+    pytest.importorskip("torch")
+    from tvm.relax.frontend.torch.exported_program_translator import (
+        ExportedProgramImporter,
+    )
+
+    from tuner.frontends import torch_importer
+
+    monkeypatch.setattr(
+        torch_importer.ShapeRestoringImporter, "_slice", ExportedProgramImporter._slice
+    )
+    monkeypatch.setattr(torch_importer, "normalize_slice_axes", lambda mod: mod)
+    path = _export_diff(tmp_path / "diff.pt2", 16)
+    with pytest.raises(TuneFarmError) as info:
+        load_model(path)
+    err = str(info.value)
+    assert "\n" not in err and err.startswith(f"cannot legalize {path}: relax.strided_slice"), err
+    assert "(from aten.slice.Tensor) at node slice" in err and "in <model> (Diff)" in err, err
+    assert "test_frontends.py:" in err and "; hint: " in err, err
+
+
+def test_pt2_match_cast_restores_a_lost_shape(
+    tmp_path: Path, llvm_target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TVM's own slice of the buffer (extent min(n - 1, 16)) makes the add's shape unknown;
+    the node's fake tensor restores it with a match_cast and the module builds and matches."""
+    pytest.importorskip("torch")
+    from tvm.relax.frontend.torch.exported_program_translator import (
+        ExportedProgramImporter,
+    )
+
+    from tuner.frontends import torch_importer
+
+    def tvm_slice_for_the_buffer(self, node):
+        if node.args[0].name.endswith("pos"):
+            return ExportedProgramImporter._slice(self, node)
+        return torch_importer.ShapeRestoringImporter._own_slice(self, node)
+
+    monkeypatch.setattr(
+        torch_importer.ShapeRestoringImporter,
+        "_own_slice",
+        torch_importer.ShapeRestoringImporter._slice,
+        raising=False,
+    )
+    monkeypatch.setattr(torch_importer.ShapeRestoringImporter, "_slice", tvm_slice_for_the_buffer)
+    model = load_model(_export_diff(tmp_path / "diff.pt2", 16))
+    assert "R.match_cast" in model.mod.script()
+    _check_diff(model, llvm_target, (3, 9, 16))
+
+
+def test_onnx_axis_addressed_by_input_and_axis(tmp_path: Path) -> None:
+    pytest.importorskip("onnx")
+    from tuner.buckets import choose_buckets
+
+    model = load_model(ONNX_MLP)
+    given = {"x.0": [4, 16]}
+    assert choose_buckets(model.mod, given) == {"batch": [4, 16]}
+    for key, needle in [
+        ("y.0", "the model has no input 'y' (inputs: x)"),
+        ("x.3", "x has no axis 3 (ndim 2)"),
+        ("x.1", "axis 1 of x is static (64)"),
+    ]:
+        with pytest.raises(TuneFarmError, match=re.escape(needle)):
+            choose_buckets(model.mod, {key: [4]})
+    result = runner.invoke(
+        app, ["tune", str(ONNX_MLP), "--shape", "x.0=0", "--db", f"sqlite:///{tmp_path}/x.db"]
+    )
+    one_line_error(result, "--shape x.0: values must be positive integers")

@@ -301,7 +301,7 @@ def bench(
         return
 
     from tuner.bench import bench as run_bench
-    from tuner.bench import sweep_values
+    from tuner.bench import slower_note, sweep_values
     from tuner.buckets import choose_buckets, parse_shape_options, upper_bounds
     from tuner.model import load_model
     from tuner.targets import resolve_target
@@ -335,12 +335,21 @@ def bench(
     for r in results:
         label = ",".join(f"{k}={v}" for k, v in r.shape.items()) or "static"
         variants = ", ".join(f"{k}:{v}" for k, v in r.kernels.items()) or "-"
-        row = [label, fmt_sec(r.untuned_sec), fmt_sec(r.tuned_sec), f"{r.speedup:.2f}x"]
+        speedup = escape(r.speedup_label)
+        row = [
+            label,
+            fmt_sec(r.untuned_sec),
+            fmt_sec(r.tuned_sec),
+            f"[red]{speedup}[/red]" if r.slower else speedup,
+        ]
         if ref:
             row += [fmt_sec(r.reference_sec), f"{r.vs_reference:.2f}x" if r.vs_reference else "-"]
         row += [f"{r.max_abs_err:.1e}" + ("" if r.agree else " [red]DISAGREE[/red]")]
         table.add_row(*row, escape(variants))
     console.print(table)
+    note = slower_note(results)
+    if note:
+        console.print(f"[red]{escape(note)}[/red]")
     res = results[0]
     console.print(
         f"outputs checked against the {res.reference} reference; "

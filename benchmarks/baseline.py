@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -78,28 +78,35 @@ def measured_peak(calibrations: list[Any]) -> tuple[float | None, str | None]:
     return max(c["gflops"] for c in cals), f"peak {invalid_reason(worst.get('sec'))}"
 
 
-def invalid_figures(results: Any, peak: float | None, stamp: bool = True) -> list[str]:
-    """Every timed figure (a :func:`stat` dict) in ``results`` that is invalid, as
-    ``path (reason)``; with ``stamp``, each figure's ``invalid`` field is set to its reason."""
-    out: list[str] = []
+def timed_figures(results: Any) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every timed figure (a :func:`stat` dict) in a results tree, with its path
+    (``kernels[128].numpy``: list items are labelled by their ``M`` or ``b``)."""
 
-    def walk(obj: Any, path: str) -> None:
+    def walk(obj: Any, path: str) -> Iterator[tuple[str, dict[str, Any]]]:
         if isinstance(obj, dict):
             if "median" in obj and "spread" in obj:
-                why = invalid_reason(obj, peak)
-                if stamp:
-                    obj["invalid"] = why
-                if why:
-                    out.append(f"{path} ({why})")
+                yield path, obj
                 return
             for k, v in obj.items():
-                walk(v, f"{path}.{k}" if path else str(k))
+                yield from walk(v, f"{path}.{k}" if path else str(k))
         elif isinstance(obj, list):
             for i, v in enumerate(obj):
                 label = v.get("M", v.get("b", i)) if isinstance(v, dict) else i
-                walk(v, f"{path}[{label}]")
+                yield from walk(v, f"{path}[{label}]")
 
-    walk(results, "")
+    yield from walk(results, "")
+
+
+def invalid_figures(results: Any, peak: float | None, stamp: bool = True) -> list[str]:
+    """Every timed figure in ``results`` that is invalid, as ``path (reason)``; with
+    ``stamp``, each figure's ``invalid`` field is set to its reason."""
+    out: list[str] = []
+    for path, fig in timed_figures(results):
+        why = invalid_reason(fig, peak)
+        if stamp:
+            fig["invalid"] = why
+        if why:
+            out.append(f"{path} ({why})")
     return out
 
 

@@ -58,6 +58,7 @@ from benchmarks.baseline import (
     invalid_figures,
     invalid_reason,
     measured_peak,
+    timed_figures,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -676,23 +677,11 @@ def fingerprint() -> dict[str, Any]:
 
 def noisy_figures(results: dict[str, Any]) -> list[str]:
     """Every timed figure whose spread over repeats exceeds NOISY_SPREAD."""
-    out: list[str] = []
-
-    def walk(obj: Any, path: str) -> None:
-        if isinstance(obj, dict):
-            if "median" in obj and "spread" in obj:
-                if obj["spread"] > NOISY_SPREAD:
-                    out.append(f"{path} ({obj['spread']:.0%})")
-                return
-            for k, v in obj.items():
-                walk(v, f"{path}.{k}" if path else str(k))
-        elif isinstance(obj, list):
-            for i, v in enumerate(obj):
-                label = v.get("M", v.get("b", i)) if isinstance(v, dict) else i
-                walk(v, f"{path}[{label}]")
-
-    walk(results, "")
-    return out
+    return [
+        f"{path} ({fig['spread']:.0%})"
+        for path, fig in timed_figures(results)
+        if fig["spread"] > NOISY_SPREAD
+    ]
 
 
 RUNNERS: dict[str, Callable[[Run], dict[str, Any]]] = {

@@ -194,7 +194,7 @@ def test_plain_pt2_in_a_fresh_process_says_how_to_address_the_axis(hf_files) -> 
 
 @pytest.mark.slow
 @pytest.mark.ray
-def test_hf_bert_tune_build_bench_by_axis(hf_files, tmp_path: Path) -> None:
+def test_hf_bert_tune_bench_by_axis(hf_files, tmp_path: Path) -> None:
     """tune and bench (which builds the tuned module and checks it against PyTorch) a plain
     .pt2 BERT with its dim addressed as input_ids.1."""
     path = str(hf_files["bert"])
@@ -211,3 +211,22 @@ def test_hf_bert_tune_build_bench_by_axis(hf_files, tmp_path: Path) -> None:
     assert [next(iter(r["shape"].values())) for r in rows] == [2, 16, 64]
     for r in rows:
         assert r["agree"] and r["reference"] == "pytorch", r
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_hf_bert_onnx_tune_bench_by_axis(hf_files, tmp_path: Path) -> None:
+    """The ONNX export of the same BERT tunes and benches, its dim also addressed by axis."""
+    path = str(hf_files["bert_onnx"])
+    db = ["--db", f"sqlite:///{tmp_path / 'bert_onnx.db'}"]
+    opts = ["--trials", "1", "--per-iter", "1", "--min-repeat-ms", "5", "--seed", "0"]
+    result = runner.invoke(app, ["tune", path, "--shape", "input_ids.1=16", *opts, *db])
+    assert result.exit_code == 0, result.output
+    js = tmp_path / "bench.json"
+    result = runner.invoke(
+        app, ["bench", path, "--shape", "input_ids.1=2,16", "--json", str(js), *db]
+    )
+    assert result.exit_code == 0, result.output
+    rows = json.loads(js.read_text())["results"]
+    assert [r["shape"]["seq"] for r in rows] == [2, 16]
+    assert all(r["agree"] and r["reference"] == "untuned" for r in rows)

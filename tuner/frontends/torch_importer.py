@@ -224,19 +224,8 @@ class ShapeRestoringImporter(ExportedProgramImporter):
         """A sympy size expression over the input symbols as TIR (int64), or None when it
         uses a symbol the inputs do not define or a function TIR cannot express."""
         import sympy
-        from torch.utils._sympy.functions import (
-            CeilToInt,
-            CleanDiv,
-            FloorDiv,
-            FloorToInt,
-            IntTrueDiv,
-            Max,
-            Min,
-            Mod,
-            PythonMod,
-        )
+        from torch.utils._sympy.functions import CleanDiv, FloorDiv, Max, Min, Mod, PythonMod
 
-        del CeilToInt, FloorToInt, IntTrueDiv  # not expressible here: fall through to None
         if isinstance(expr, (int, sympy.Integer)):
             return tvm.tirx.IntImm("int64", int(expr))
         if isinstance(expr, sympy.Symbol):

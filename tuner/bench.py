@@ -141,7 +141,7 @@ def random_inputs(
     for param in list(func.params)[:count]:
         ty = param.ty
         if not isinstance(ty, relax.TensorType) or ty.shape is None:
-            raise TuneFarmError(f"parameter {param.name_hint} is not a tensor of known rank")
+            raise TuneFarmError(f"parameter {param.name} is not a tensor of known rank")
         shape = []
         for dim in ty.shape.values:
             if isinstance(dim, tvm.tirx.IntImm):

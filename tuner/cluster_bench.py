@@ -150,7 +150,7 @@ def args_info_of(model: Model, shape: dict[str, int]) -> list[list[Any]]:
     for param in model.mod["main"].params:
         ty = param.ty
         if not isinstance(ty, relax.TensorType) or ty.shape is None:
-            raise TuneFarmError(f"parameter {param.name_hint} is not a tensor of known rank")
+            raise TuneFarmError(f"parameter {param.name} is not a tensor of known rank")
         dims = []
         for dim in ty.shape.values:
             missing = [v.name for v in tvm.tirx.analysis.undefined_vars(dim) if v.name not in shape]

@@ -274,20 +274,28 @@ def bench(
                 raise TuneFarmError(
                     f"{name}={value} exceeds the model's tir_var_upper_bound {bounds[name]}"
                 )
+    # The reference (numpy, PyTorch) is run and timed first, before any TVM kernel: after a
+    # call TVM's pool threads spin (TVM_THREAD_POOL_SPIN_COUNT) and take the cores from
+    # OpenBLAS's and PyTorch's threads (numpy ran 25x slower right after TVM calls).
+    runs = []
+    for shape in shapes or [{}]:
+        args = random_inputs(model.mod["main"], shape, np.random.default_rng(0), model.num_inputs)
+        ref = None
+        if model.reference is not None:
+            ref = (model.reference.fn(*args), _time_call(model.reference.fn, args, repeat))
+        runs.append((shape, args, ref))
     untuned, _ = compile(model.mod, target, None)
     tuned_ex, report = compile(model.mod, target, db)
     untuned_vm, tuned_vm = _VM(untuned), _VM(tuned_ex)
     results = []
-    for shape in shapes or [{}]:
-        args = random_inputs(model.mod["main"], shape, np.random.default_rng(0), model.num_inputs)
+    for shape, args, ref in runs:
         full = [*args, *model.params]
         ref_untuned, untuned_sec, _ = untuned_vm.run(full, repeat, min_repeat_ms)
         outs, tuned_sec, called = tuned_vm.run(full, repeat, min_repeat_ms)
         reference_sec = None
         reference, expected = "untuned", ref_untuned
-        if model.reference is not None:
-            expected = model.reference.fn(*args)
-            reference_sec = _time_call(model.reference.fn, args, repeat)
+        if model.reference is not None and ref is not None:
+            expected, reference_sec = ref
             reference = model.reference.name
         max_err, agree = _compare(outs, expected)
         results.append(

@@ -80,19 +80,7 @@ def train_base(
     }
     snap_id = None
     if save:
-        snap_id = save_snapshot(
-            storage,
-            target_kind=target.kind,
-            target_arch=target.arch,
-            model_blob=to_bytes(booster),
-            format_version=FORMAT_VERSION,
-            xgboost_version=xgb.__version__,
-            feature_version=FEATURE_VERSION,
-            n_records=len(ds),
-            trained_on=ds.trained_on(),
-            metrics=metrics,
-            created_by=_user(),
-        )
+        snap_id = _save(storage, target, booster, len(ds), ds.trained_on(), metrics)
     note = f"trained on {len(ds)} records of {len(set(ds.group.tolist()))} workloads"
     return BaseModel(booster, "trained", snap_id, note)
 
@@ -132,22 +120,34 @@ def continue_base(
         "trees": grown.num_boosted_rounds(),
         "train_new": evaluate(score_rows(grown, ds.x), ds.secs, ds.group),
     }
-    snap_id = save_snapshot(
+    snap_id = _save(storage, target, grown, info.n_records + len(ds), trained_on, metrics)
+    note = f"snapshot #{info.id} continued on {len(ds)} new records"
+    log.info("cost model: %s", note)
+    return BaseModel(grown, "continued", snap_id, note)
+
+
+def _save(
+    storage: Storage,
+    target: TargetKey,
+    booster: xgb.Booster,
+    n_records: int,
+    trained_on: dict[str, Any],
+    metrics: dict[str, Any],
+) -> int:
+    """Save ``booster`` as the newest snapshot of ``target``'s kind and arch; its id."""
+    return save_snapshot(
         storage,
         target_kind=target.kind,
         target_arch=target.arch,
-        model_blob=to_bytes(grown),
+        model_blob=to_bytes(booster),
         format_version=FORMAT_VERSION,
         xgboost_version=xgb.__version__,
         feature_version=FEATURE_VERSION,
-        n_records=info.n_records + len(ds),
+        n_records=n_records,
         trained_on=trained_on,
         metrics=metrics,
         created_by=_user(),
     )
-    note = f"snapshot #{info.id} continued on {len(ds)} new records"
-    log.info("cost model: %s", note)
-    return BaseModel(grown, "continued", snap_id, note)
 
 
 def score_rows(booster: xgb.Booster, x: np.ndarray) -> np.ndarray:

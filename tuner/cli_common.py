@@ -116,16 +116,10 @@ def _usage_error(err: click_errors.ClickException) -> int:
 
 # ----------------------------------------------------------------- checks before any work
 def check_model_file(path: Path) -> None:
-    """A model path that ``load_model`` can read: an existing file of a known type."""
-    from tuner.model import MODEL_SUFFIXES
+    """Before any work: the model path is one ``load_model`` can read."""
+    from tuner.model import check_model_path
 
-    kinds = "a .py (TVMScript), .json (IRModule), .onnx or .pt2 (torch.export) file"
-    if path.is_dir():
-        raise TuneFarmError(f"{path} is a directory: MODEL must be {kinds}")
-    if not path.exists():
-        raise TuneFarmError(f"model file not found: {path}")
-    if path.suffix not in MODEL_SUFFIXES:
-        raise TuneFarmError(f"unsupported model file {path}: expected {kinds}")
+    check_model_path(path)
 
 
 def check_output_file(path: Path, flag: str) -> None:

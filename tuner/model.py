@@ -77,6 +77,17 @@ def _first_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
+def check_model_path(path: Path) -> None:
+    """A model path that :func:`load_model` can read: an existing file of a known type."""
+    kinds = "a .py (TVMScript), .json (IRModule), .onnx or .pt2 (torch.export) file"
+    if path.is_dir():
+        raise TuneFarmError(f"{path} is a directory: MODEL must be {kinds}")
+    if not path.exists():
+        raise TuneFarmError(f"model file not found: {path}")
+    if path.suffix not in MODEL_SUFFIXES:
+        raise TuneFarmError(f"unsupported model file {path}: expected {kinds}")
+
+
 def load_model(path: str | Path, entry: str = "Module", *, keep_params: bool = False) -> Model:
     """Load ``path``: ``.py`` with an IRModule named ``entry``, ``.json``, ``.onnx`` or ``.pt2``.
 
@@ -84,8 +95,7 @@ def load_model(path: str | Path, entry: str = "Module", *, keep_params: bool = F
     inputs of ``main`` and ``Model.params`` holds their values).
     """
     path = Path(path)
-    if not path.is_file():
-        raise TuneFarmError(f"model file not found: {path}")
+    check_model_path(path)
     if keep_params and path.suffix not in (".onnx", ".pt2"):
         raise TuneFarmError("--keep-params applies to .onnx and .pt2 models only")
     if path.suffix in (".onnx", ".pt2"):
@@ -103,11 +113,6 @@ def load_model(path: str | Path, entry: str = "Module", *, keep_params: bool = F
         if not isinstance(mod, tvm.IRModule):
             raise TuneFarmError(f"{path} holds a {type(mod).__name__}, not an IRModule")
         return Model(path=path, mod=mod)
-    if path.suffix != ".py":
-        raise TuneFarmError(
-            f"unsupported model file {path}: expected .py (TVMScript), .json (IRModule), "
-            ".onnx (ONNX) or .pt2 (torch.export)"
-        )
     name = f"tunefarm_model_{next(_counter)}_{path.stem}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:

@@ -35,6 +35,8 @@ from typing import IO, Any
 
 import numpy as np
 
+from benchmarks.common import stat
+
 INVALID_SPREAD = 0.25  # (max - min) / median above this: the figure is invalid
 QUIET_CPU = 0.10  # a process is quiet when it uses less than this share of a core...
 QUIET_WINDOW_S = 0.02  # ...over a window this long
@@ -42,14 +44,7 @@ QUIET_TIMEOUT_S = 3.0
 MATMUL = {"kind": "matmul"}
 
 
-# --------------------------------------------------------------------------- statistics
-def stat(samples: list[float]) -> dict[str, Any]:
-    """Median, relative spread ((max - min) / median) and minimum of repeated measurements."""
-    med = statistics.median(samples)
-    spread = (max(samples) - min(samples)) / med if med > 0 else 0.0
-    return {"median": med, "spread": spread, "n": len(samples), "min": min(samples)}
-
-
+# --------------------------------------------------------------------------- validity
 def invalid_reason(t: Any, peak_gflops: float | None = None) -> str | None:
     """Why the timed figure ``t`` (a :func:`stat` dict, maybe with ``gflops``) is invalid, or
     None: its spread is above :data:`INVALID_SPREAD`, or its rate is above the measured peak."""

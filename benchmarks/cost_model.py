@@ -10,23 +10,20 @@
    :mod:`database.transfer`) and ``warm_tunefarm_seeded`` (both). The snapshot training at
    job start counts in the warm runs' wall time.
 3. Report, per run: best latency at the budget; trials and wall seconds to reach 90% of the
-   cold run's final best (throughput); and the ranking metrics of ``tunefarm model eval`` on the
-   final database (ours vs stock XGBModel vs random).
+   cold run's final best (throughput); and the ranking metrics of ``tunefarm cost-model eval``
+   on the final database (ours vs stock XGBModel vs random).
 
 Usage: ``python -m benchmarks cost-model [--trials 64] [--pretrain-trials 96] [--seeds 0 1]``.
-Results: ``benchmarks/results/<date>-<host>-cost-model.json``.
+Results: ``benchmarks/results/<date>-<hostname>-cost-model.json``.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import itertools
 import json
 import math
-import platform
 import shutil
-import socket
 import sqlite3
 import statistics
 import sys
@@ -39,6 +36,7 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import select
 
+from benchmarks.common import geomean, machine_header, results_path
 from database import Storage, TargetKey
 from database.models import JobRow, RecordRow
 from tuner.cost_model.dataset import load_dataset
@@ -49,7 +47,6 @@ from tuner.job import TuneConfig, tune
 from tuner.model import load_model
 from tuner.targets import resolve_target
 from workers.config import MeasureConfig
-from workers.fingerprint import cpu_fingerprint
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = ROOT / "benchmarks" / "data" / "cm_matmul.py"
@@ -114,9 +111,7 @@ def mean_curves(runs: list[dict[str, Any]], trials: int) -> dict[str, dict[str, 
             at = [a for _, _, a in r["curve"]][:trials]
             wall.append(at + [at[-1]] * (trials - len(at)))
         geo = [
-            math.exp(statistics.fmean(math.log(b[t]) for b in best))
-            if all(math.isfinite(b[t]) for b in best)
-            else math.inf
+            geomean(b[t] for b in best) if all(math.isfinite(b[t]) for b in best) else math.inf
             for t in range(trials)
         ]
         out[name] = {
@@ -291,20 +286,13 @@ def main(argv: list[str] | None = None) -> int:
                 )
         console.print(table)
 
-    out = (
-        ROOT
-        / "benchmarks"
-        / "results"
-        / f"{dt.date.today()}-{socket.gethostname()}-cost-model.json"
-    )
+    out = results_path("cost-model")
     for r in runs:
         r.pop("url")
     out.write_text(
         json.dumps(
             {
-                "machine": cpu_fingerprint(),
-                "python": sys.version.split()[0],
-                "platform": platform.platform(),
+                "machine": machine_header(),
                 "target": str(target),
                 "args": vars(args),
                 "history_sec": history_sec,

@@ -2,7 +2,7 @@
 
 On one or more TuneFarm databases (e.g. histories written by ``python -m benchmarks
 cost-model --history H``), evaluate variants of TuneFarm's pairwise ranker next to stock
-MetaSchedule's XGBModel with ``tunefarm model eval``'s splits (chronological and
+MetaSchedule's XGBModel with ``tunefarm cost-model eval``'s splits (chronological and
 leave-one-workload-out) and metrics. Variants: tree depth and column sampling, and three
 feature sets:
 

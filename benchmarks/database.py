@@ -16,11 +16,8 @@ Finally a small real tune reports the database's share of the job's wall time. U
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
-import platform
-import socket
 import statistics
 import tempfile
 import time
@@ -36,6 +33,7 @@ from sqlalchemy import create_engine, insert, text
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.database import TuningRecord
 
+from benchmarks.common import machine_header, results_path
 from database import Measurement, Storage, TuneFarmDatabase
 from database.models import RecordRow, WorkloadRow, utcnow
 from database.targets import TargetKey
@@ -255,15 +253,13 @@ def main(argv: list[str] | None = None) -> int:
             f"tune job ({job['trials']} trials): database {job['db_sec']:.2f} s of "
             f"{job['wall_sec']:.1f} s wall = {job['db_share']:.2%}"
         )
-    out = args.out or (
-        ROOT / "benchmarks" / "results" / f"{dt.date.today()}-{socket.gethostname()}-database.json"
-    )
+    out = args.out or results_path("database")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
         json.dumps(
             {
                 "benchmark": "database",
-                "machine": {"cpu": cpu_fingerprint(), "platform": platform.platform()},
+                "machine": machine_header(),
                 "results": results,
                 "job": job,
             },

@@ -7,13 +7,15 @@ Runs only where ``tvm.cuda(0)`` exists; :func:`unavailable` says why not otherwi
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from tvm.script import ir as I
 from tvm.script import relax as R
+
+from benchmarks.common import stat
+from database.errors import error_summary
 
 K, N = 768, 2304
 
@@ -25,7 +27,7 @@ def unavailable() -> str | None:
 
         return None if tvm.cuda(0).exist else "tvm.cuda(0) does not exist"
     except Exception as err:
-        return f"{type(err).__name__}: {err}"
+        return error_summary(err)
 
 
 @I.ir_module
@@ -57,11 +59,6 @@ class MatmulF16:
 MODULES = {"float32": MatmulF32, "float16": MatmulF16}
 
 
-def _stat(samples: list[float]) -> dict[str, Any]:
-    med = statistics.median(samples)
-    return {"median": med, "spread": (max(samples) - min(samples)) / med, "n": len(samples)}
-
-
 def _torch_timer() -> Callable[[np.ndarray, np.ndarray, int], dict[str, Any]] | None:
     try:
         import torch
@@ -83,7 +80,7 @@ def _torch_timer() -> Callable[[np.ndarray, np.ndarray, int], dict[str, Any]] | 
             end.record()
             torch.cuda.synchronize()
             samples.append(start.elapsed_time(end) / 1e3 / number)
-        return _stat(samples)
+        return stat(samples)
 
     return time_torch
 
@@ -118,7 +115,7 @@ def run(values: tuple[int, ...], repeats: int, log: Callable[[str], None]) -> di
                 "dtype": dtype,
                 "M": m,
                 "flops": 2.0 * m * K * N,
-                "untuned": _stat([float(t) for t in timer(*args).results]),
+                "untuned": stat([float(t) for t in timer(*args).results]),
                 "untuned_agree": agree,
             }
             if time_torch is not None:

@@ -11,6 +11,9 @@ Parts (``--parts``, default all):
   the TVM timings; a figure whose spread is above 25% or whose rate is above the measured peak
   is reported as invalid, not as a ratio.
 - ``examples``: the dynamic MLP example over its batch size (tuned vs untuned vs numpy).
+- ``models``: :mod:`benchmarks.models`: a ``.pt2`` and an ``.onnx`` example tuned, then
+  ``tunefarm bench`` in a fresh process: tuned / untuned vs PyTorch eager, ``torch.compile`` and
+  ONNX Runtime over their symbolic dim, same threads, outputs checked.
 - ``efficiency``: best-so-far latency vs trials and vs wall time, TuneFarm vs ``ms.tune_tir`` on
   the same task (the largest bucket) and budget; trials to 90% of the better final.
 - ``overhead``: candidates per second, the split of a job's wall time (startup, build, run,
@@ -20,7 +23,7 @@ Parts (``--parts``, default all):
   when those modules exist (their ``suite_part(quick=...)``), else their latest results file.
 - ``gpu``: fp32/fp16 matmul over M on CUDA vs torch/cuBLAS; skipped without a GPU.
 
-Writes ``benchmarks/results/<date>-<host>.json`` and ``docs/performance.md`` (+ PNG plots in
+Writes ``benchmarks/results/<date>-<hostname>.json`` and ``docs/performance.md`` (+ PNG plots in
 ``docs/img/``). Usage::
 
     python -m benchmarks suite [--quick] [--parts kernels efficiency ...] [--no-report]
@@ -37,8 +40,6 @@ import io
 import json
 import logging
 import os
-import platform
-import socket
 import sys
 import tempfile
 import time
@@ -60,12 +61,14 @@ from benchmarks.baseline import (
     measured_peak,
     timed_figures,
 )
+from benchmarks.common import machine_header, results_path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 PARTS = (
     "kernels",
     "examples",
+    "models",
     "efficiency",
     "overhead",
     "database",
@@ -663,13 +666,9 @@ def versions() -> dict[str, str]:
 
 
 def fingerprint() -> dict[str, Any]:
-    from workers.fingerprint import cpu_fingerprint
-
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     return {
-        "host": socket.gethostname(),
-        "cpu": cpu_fingerprint(),
-        "platform": platform.platform(),
+        **machine_header(),
         "threads": {k: os.environ.get(k) for k in ("TVM_NUM_THREADS", "OPENBLAS_NUM_THREADS")},
         "loadavg_start": list(load) if load else None,
     }
@@ -689,6 +688,7 @@ RUNNERS: dict[str, Callable[[Run], dict[str, Any]]] = {
     "examples": part_examples,
     "efficiency": part_efficiency,
     "overhead": part_overhead,
+    "models": lambda run: part_plugin(run, "benchmarks.models", "*-models.json"),
     "database": part_database,
     "cost-model": lambda run: part_plugin(run, "benchmarks.cost_model", "*cost*model*.json"),
     "throughput": lambda run: part_plugin(run, "benchmarks.throughput", "*throughput*.json"),
@@ -794,7 +794,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", flush=True)
 
     results = run_suite(args.parts, settings, log)
-    out = args.out or RESULTS / f"{dt.date.today()}-{socket.gethostname()}.json"
+    out = args.out or results_path()
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))
     log(f"wrote {out}")

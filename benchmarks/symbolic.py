@@ -14,10 +14,8 @@ Usage: ``python -m benchmarks symbolic [--trials-per-task 32] [--models mlp tran
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import math
-import socket
 import statistics
 import sys
 import tempfile
@@ -29,6 +27,7 @@ import tvm
 from rich.console import Console
 from rich.table import Table
 
+from benchmarks.common import machine_header, results_path
 from database import Storage, TuneFarmDatabase
 from tuner.bench import bench, sweep_values
 from tuner.buckets import bucket_tasks, choose_buckets, upper_bounds
@@ -39,7 +38,6 @@ from tuner.pipeline import normalize, prepare
 from tuner.rangekernel import transplant
 from tuner.targets import resolve_target
 from workers.config import MeasureConfig
-from workers.fingerprint import cpu_fingerprint
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = {
@@ -255,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         db_dir = args.db_dir
     elif args.skip_tune:
         parser.error("--skip-tune needs --db-dir (the databases of an earlier run)")
-    out: dict[str, Any] = {"machine": cpu_fingerprint(), "models": {}}
+    out: dict[str, Any] = {"machine": machine_header(), "models": {}}
     for key in args.models:
         url = f"sqlite:///{db_dir.resolve()}/{key}.db"
         res = run_model(key, args.trials_per_task, console, url, skip_tune=args.skip_tune)
@@ -305,8 +303,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{k['range_vs_static']:.2f}x the static kernel's speed"
             )
     models = "-".join(args.models)
-    name = f"{dt.date.today()}-{socket.gethostname()}-symbolic-{models}.json"
-    path = ROOT / "benchmarks" / "results" / name
+    path = results_path(f"symbolic-{models}")
     path.write_text(json.dumps(out, indent=2))
     console.print(f"wrote {path}")
     return 0 if all(m["all_agree"] for m in out["models"].values()) else 1

@@ -12,19 +12,20 @@
 Usage: ``python -m benchmarks throughput [--builds 64] [--build-rounds 3] [--workers 1 4 16 64]
 [--sleep-ms 50] [--in-flight 2] [--max-batch 1 4]`` (each ``--max-batch`` value is one
 scaling series).
-Results go to ``benchmarks/results/<date>-throughput.json``.
+Results go to ``benchmarks/results/<date>-<hostname>-throughput.json``.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import statistics
 import time
 from pathlib import Path
 from typing import Any
+
+from benchmarks.common import machine_header, results_path
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -237,9 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p
     )
-    from workers.fingerprint import cpu_fingerprint
-
-    report: dict[str, Any] = {"host": cpu_fingerprint(), "builds": []}
+    report: dict[str, Any] = {"machine": machine_header(), "builds": []}
     for row in build_scaling(args.builders, args.builds, args.build_rounds):
         report["builds"].append(row)
         print(
@@ -274,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
             f"utilization {row['utilization']:.2f} ({row['wall_s']:.2f} s, "
             f"{row['candidates']} candidates in {row['calls']} calls)"
         )
-    out = ROOT / "benchmarks/results" / f"{dt.date.today().isoformat()}-throughput.json"
+    out = results_path("throughput")
     out.write_text(json.dumps(report, indent=2))
     print(f"wrote {out.relative_to(ROOT)}")
     return 0

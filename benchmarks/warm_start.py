@@ -22,11 +22,8 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
-import platform
-import socket
 import sys
 import tempfile
 import time
@@ -39,6 +36,7 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import delete, insert, select
 
+from benchmarks.common import machine_header, results_path
 from database import Storage, TargetKey
 from database.models import CostModelSnapshot, RecordFeatures, RecordRow, WorkloadRow
 from tuner.cost_model import warm
@@ -47,7 +45,6 @@ from tuner.cost_model.metrics import evaluate
 from tuner.cost_model.ranker import RankerParams, fit_ranker
 from tuner.cost_model.warm import score_rows, warm_model
 from tuner.fastimport import preload_tensor_intrin
-from workers.fingerprint import cpu_fingerprint
 
 ROOT = Path(__file__).resolve().parent.parent
 FAMILY = 8  # buckets per copied kernel family
@@ -228,22 +225,11 @@ def main(argv: list[str] | None = None) -> int:
     console.print(table)
     for db, res in accuracy.items():
         console.print(f"incremental vs full training on {db}: {json.dumps(res)}")
-    out = (
-        Path(args.out)
-        if args.out
-        else (
-            ROOT
-            / "benchmarks"
-            / "results"
-            / f"{dt.date.today()}-{socket.gethostname()}-warm-start.json"
-        )
-    )
+    out = Path(args.out) if args.out else results_path("warm-start")
     out.write_text(
         json.dumps(
             {
-                "machine": cpu_fingerprint(),
-                "python": sys.version.split()[0],
-                "platform": platform.platform(),
+                "machine": machine_header(),
                 "records": args.records,
                 "grow": args.grow,
                 "workloads": hist.copies * len(hist.workloads),

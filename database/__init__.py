@@ -1,9 +1,33 @@
-"""TuneFarm's schedule database: SQLAlchemy storage behind MetaSchedule's Database interface."""
+"""TuneFarm's schedule database: SQLAlchemy storage behind MetaSchedule's Database interface.
 
-from database.errors import DatabaseError
-from database.ms_database import LOOKUP_LEVELS, Measurement, TuneFarmDatabase, shash_of
-from database.storage import DEFAULT_URL, Storage, default_url, redact
-from database.targets import TargetKey
+The names below are imported on first use, so a light module of this package
+(:mod:`database.errors`) can be imported by any layer without loading TVM or SQLAlchemy.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from database.errors import DatabaseError, error_summary
+    from database.ms_database import LOOKUP_LEVELS, Measurement, TuneFarmDatabase, shash_of
+    from database.storage import DEFAULT_URL, Storage, default_url, redact
+    from database.targets import TargetKey
+
+_HOME = {
+    "DEFAULT_URL": "database.storage",
+    "LOOKUP_LEVELS": "database.ms_database",
+    "DatabaseError": "database.errors",
+    "Measurement": "database.ms_database",
+    "Storage": "database.storage",
+    "TargetKey": "database.targets",
+    "TuneFarmDatabase": "database.ms_database",
+    "default_url": "database.storage",
+    "error_summary": "database.errors",
+    "redact": "database.storage",
+    "shash_of": "database.ms_database",
+}
 
 __all__ = [
     "DEFAULT_URL",
@@ -14,6 +38,16 @@ __all__ = [
     "TargetKey",
     "TuneFarmDatabase",
     "default_url",
+    "error_summary",
     "redact",
     "shash_of",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'database' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value

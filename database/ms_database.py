@@ -73,8 +73,9 @@ def device_key(device: str | None) -> str | None:
 
 
 @dataclass(frozen=True)
-class WorkloadInfo:
-    """What is stored with a workload besides its module."""
+class WorkloadLabels:
+    """The labels stored with a workload besides its module: its task's name and its kernel
+    family (family structural hash, bucket)."""
 
     task_name: str | None = None
     family: tuple[str, dict[str, int]] | None = None
@@ -333,7 +334,7 @@ class TuneFarmDatabase(PyDatabase):
 
     def add_many(
         self,
-        items: list[tuple[Measurement, WorkloadInfo]],
+        items: list[tuple[Measurement, WorkloadLabels]],
         *,
         job: dict[str, Any] | None = None,
         copy_jobs: list[dict[str, Any]] | None = None,

@@ -21,12 +21,12 @@ from sqlalchemy import Select, delete, func, select
 from sqlalchemy.orm import Session
 from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord, Workload
 
-from database.errors import DatabaseError
+from database.errors import DatabaseError, error_summary
 from database.models import JobRow, MetaRow, RecordRow, WorkloadRow, utcnow
 from database.ms_database import (
     Measurement,
     TuneFarmDatabase,
-    WorkloadInfo,
+    WorkloadLabels,
     candidate_hash_of_trace,
     shash_of,
 )
@@ -141,11 +141,11 @@ def _info_of(wl: WorkloadRow) -> dict[str, Any]:
     }
 
 
-def _read_infos(path: Path) -> dict[str, WorkloadInfo]:
+def _read_infos(path: Path) -> dict[str, WorkloadLabels]:
     """TuneFarm's workload facts beside a stock export, by structural hash (none: {})."""
     if not path.exists():
         return {}
-    infos: dict[str, WorkloadInfo] = {}
+    infos: dict[str, WorkloadLabels] = {}
     for lineno, entry in _lines(path):
         where = f"{path}:{lineno}"
         if not isinstance(entry, dict) or not isinstance(entry.get("shash"), str):
@@ -165,7 +165,7 @@ def _read_infos(path: Path) -> dict[str, WorkloadInfo]:
             and all(isinstance(k, str) and type(v) is int for k, v in bucket.items())
         ):
             raise DatabaseError(f"{where}: 'bucket' must map variable names to integers")
-        infos[entry["shash"]] = WorkloadInfo(
+        infos[entry["shash"]] = WorkloadLabels(
             task_name=name, family=(family, bucket) if family is not None else None
         )
     return infos
@@ -216,10 +216,12 @@ def import_metaschedule(storage: Storage, src: Path) -> Transfer:
         try:
             workloads.append(Workload.from_json(entry))
         except Exception as err:  # TVM's parser raises RuntimeError/ValueError/TypeError
-            raise DatabaseError(f"{wpath}:{lineno}: not a workload ({_short(err)})") from None
+            raise DatabaseError(
+                f"{wpath}:{lineno}: not a workload ({error_summary(err)})"
+            ) from None
     infos = _read_infos(src / INFO_FILE)
-    info_of = [infos.get(shash_of(w.mod), WorkloadInfo()) for w in workloads] if infos else []
-    items: list[tuple[Measurement, WorkloadInfo]] = []
+    info_of = [infos.get(shash_of(w.mod), WorkloadLabels()) for w in workloads] if infos else []
+    items: list[tuple[Measurement, WorkloadLabels]] = []
     for lineno, entry in _lines(rpath):
         where = f"{rpath}:{lineno}"
         if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], int)):
@@ -235,7 +237,7 @@ def import_metaschedule(storage: Storage, src: Path) -> Transfer:
             record = TuningRecord.from_json(body, workload)
             chash = candidate_hash_of_trace(record.trace, workload.mod)
         except Exception as err:
-            raise DatabaseError(f"{where}: not a tuning record ({_short(err)})") from None
+            raise DatabaseError(f"{where}: not a tuning record ({error_summary(err)})") from None
         trace, _, _, args = record.as_json()
         items.append(
             (
@@ -250,17 +252,12 @@ def import_metaschedule(storage: Storage, src: Path) -> Transfer:
                     error_msg=None if secs else "failed run (imported from MetaSchedule)",
                     worker=f"import:{src.name}",
                 ),
-                info_of[index] if info_of else WorkloadInfo(),
+                info_of[index] if info_of else WorkloadLabels(),
             )
         )
     job = {"name": f"import {src}", "target_json": "{}", "budget": 0, "status": "imported"}
     added = TuneFarmDatabase(storage).add_many(items, job=job)
     return Transfer(workloads=len(workloads), records=len(items), added=added)
-
-
-def _short(err: BaseException) -> str:
-    lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
-    return (lines[-1] if lines else type(err).__name__)[:160]
 
 
 # ------------------------------------------------------------------ teammates' databases
@@ -279,7 +276,7 @@ def merge(storage: Storage, other_url: str) -> Transfer:
     rows, jobs = other.run(load, write=False)
     other.dispose()
     modules: dict[int, Workload] = {}
-    items: list[tuple[Measurement, WorkloadInfo]] = []
+    items: list[tuple[Measurement, WorkloadLabels]] = []
     for row, mod_json, wl in rows:
         if row.workload_id not in modules:
             modules[row.workload_id] = Workload(tvm.ir.load_json(mod_json))
@@ -305,8 +302,10 @@ def merge(storage: Storage, other_url: str) -> Transfer:
                 created_at=row.created_at,
             )
         except (ValueError, TypeError, json.JSONDecodeError) as err:
-            raise DatabaseError(f"{redact(other_url)}: record {row.id}: {_short(err)}") from None
-        items.append((measurement, WorkloadInfo(task_name=wl.task_name, family=family)))
+            raise DatabaseError(
+                f"{redact(other_url)}: record {row.id}: {error_summary(err)}"
+            ) from None
+        items.append((measurement, WorkloadLabels(task_name=wl.task_name, family=family)))
     source = redact(other_url)
     copied = [
         {

@@ -15,7 +15,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from database.errors import DatabaseError
+from database.errors import DatabaseError, error_summary
 
 DEFAULT_URL = "sqlite:///tunefarm.db"
 SUPPORTED_DIALECTS = ("sqlite", "postgresql")
@@ -198,7 +198,7 @@ class Storage:
 
 
 def _describe(err: BaseException, where: str, *, opening: bool = False) -> str:
-    text = _first_line(getattr(err, "orig", None) or err)
+    text = error_summary(getattr(err, "orig", None) or err, with_type=False)
     low = text.lower()
     if "file is not a database" in low:
         path = make_url(where).database if where.startswith("sqlite") else where
@@ -209,8 +209,3 @@ def _describe(err: BaseException, where: str, *, opening: bool = False) -> str:
     if "readonly database" in low or "read-only" in low or "permission denied" in low:
         return f"{where} is read-only: {text}"
     return f"{'cannot open' if opening else 'database error on'} {where}: {text}"
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return text[0] if text else type(err).__name__

@@ -12,6 +12,7 @@ own records, and MetaSchedule's evolutionary search starts its population from t
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from tvm.ir import IRModule
@@ -49,12 +50,15 @@ def adapt_trace(trace: Trace, mod: IRModule) -> Trace | None:
     return sch.trace
 
 
-def bucket_distance(a: dict[str, int], b: dict[str, int]) -> float:
-    """How far two buckets are: summed |log2| ratio over the variables (missing: far)."""
-    out = 0.0
-    for var in set(a) | set(b):
-        if var not in a or var not in b:
-            out += 64.0
-        else:
-            out += abs(math.log2(max(1, a[var])) - math.log2(max(1, b[var])))
-    return out
+def bucket_distance(a: Mapping[str, int] | None, b: Mapping[str, int] | None) -> float:
+    """How far apart two buckets (symbolic variable -> value) of a kernel family are.
+
+    The sum over their variables of ``|log2 a[v] - log2 b[v]|`` (values below 1 count as 1):
+    doubling one variable costs 1, so ``{"n": 16}`` and ``{"n": 64}`` are 2 apart. Buckets
+    that are not over the same variables (one lacks a variable the other has, or either is
+    missing or empty) are not comparable: ``math.inf``. Sorted by distance, they come after
+    every comparable bucket; as a training neighbour they get the weight of the farthest.
+    """
+    if not a or not b or set(a) != set(b):
+        return math.inf
+    return sum(abs(math.log2(max(1, a[v])) - math.log2(max(1, b[v]))) for v in a)

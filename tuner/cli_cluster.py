@@ -27,6 +27,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from database.errors import error_summary
 from tuner.cli_common import (
     ArchOpt,
     CostModelOpt,
@@ -117,7 +118,7 @@ def _reason(err: BaseException) -> str:
         return "the cluster rejected the authentication token"
     if "Connection refused" in text or "Failed to connect" in text or "connect" in text.lower():
         return "connection refused"
-    return text[:200] or type(err).__name__
+    return error_summary(err)
 
 
 def job_client(address: str | None) -> Any:

@@ -17,6 +17,7 @@ from typing import Any
 import tvm
 
 from database import Storage, TuneFarmDatabase
+from database.errors import error_summary
 from tuner.errors import TuneFarmError
 from tuner.model import Model
 from workers.config import MeasureConfig
@@ -122,8 +123,9 @@ def probe(slot: Any, kind: str, timeout_s: float = 180) -> dict[str, Any]:
         return ray.get(ref, timeout=timeout_s)
     except Exception as err:
         ray.cancel(ref, force=True)
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
-        raise TuneFarmError(f"cannot reach the {kind} device {slot.name}: {first}") from None
+        raise TuneFarmError(
+            f"cannot reach the {kind} device {slot.name}: {error_summary(err)}"
+        ) from None
 
 
 def target_for(kind: str, info: dict[str, Any]) -> tvm.target.Target:
@@ -165,11 +167,11 @@ def _export(ex: Any, target: tvm.target.Target) -> bytes:
     import os
     import tempfile
 
-    from workers.build import _export_options
+    from workers.build import export_options
 
     with tempfile.TemporaryDirectory(prefix="tunefarm-bench-") as tmp:
         path = os.path.join(tmp, "model.so")
-        ex.export_library(path, **_export_options(target))
+        ex.export_library(path, **export_options(target))
         with open(path, "rb") as f:
             return f.read()
 

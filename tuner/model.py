@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import tvm
 
+from database.errors import error_summary
 from tuner.errors import TuneFarmError
 
 _counter = itertools.count()
@@ -71,12 +72,6 @@ def _flat_outputs(value: Any) -> list[np.ndarray]:
     return [np.asarray(value)]
 
 
-def _first_line(err: BaseException) -> str:
-    lines = [line for line in str(err).strip().splitlines() if line.strip()]
-    text = lines[-1].strip() if lines else ""
-    return f"{type(err).__name__}: {text}" if text else type(err).__name__
-
-
 def check_model_path(path: Path) -> None:
     """A model path that :func:`load_model` can read: an existing file of a known type."""
     kinds = "a .py (TVMScript), .json (IRModule), .onnx or .pt2 (torch.export) file"
@@ -109,7 +104,7 @@ def load_model(path: str | Path, entry: str = "Module", *, keep_params: bool = F
         try:
             mod = tvm.ir.load_json(path.read_text())
         except Exception as err:
-            raise TuneFarmError(f"cannot load {path} as TVM JSON: {_first_line(err)}") from None
+            raise TuneFarmError(f"cannot load {path} as TVM JSON: {error_summary(err)}") from None
         if not isinstance(mod, tvm.IRModule):
             raise TuneFarmError(f"{path} holds a {type(mod).__name__}, not an IRModule")
         return Model(path=path, mod=mod)
@@ -126,7 +121,7 @@ def load_model(path: str | Path, entry: str = "Module", *, keep_params: bool = F
         raise TuneFarmError(f"{path}:{err.lineno}: syntax error: {err.msg}") from None
     except Exception as err:
         sys.modules.pop(name, None)
-        raise TuneFarmError(f"cannot load {path}: {_first_line(err)}") from None
+        raise TuneFarmError(f"cannot load {path}: {error_summary(err)}") from None
     mod = getattr(module, entry, None)
     if not isinstance(mod, tvm.IRModule):
         found = [k for k, v in vars(module).items() if isinstance(v, tvm.IRModule)]

@@ -9,6 +9,7 @@ import re
 
 import tvm
 
+from database.errors import error_summary
 from tuner.errors import TuneFarmError
 
 PRESETS = ("llvm", "cuda", "arm64")
@@ -106,8 +107,9 @@ def resolve_target(spec: str, arch: str | None = None) -> tvm.target.Target:
     try:
         return tvm.target.Target(config)
     except Exception as err:
-        first = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
-        raise TuneFarmError(f"invalid target {spec}: {first}") from None
+        raise TuneFarmError(
+            f"invalid target {spec}: {error_summary(err, with_type=False)}"
+        ) from None
 
 
 def device_kind(target: tvm.target.Target) -> str:

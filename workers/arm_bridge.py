@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import ray
 
+from database.errors import error_summary
 from workers.config import MeasureConfig
 from workers.results import ErrorKind, RunResult
 
@@ -105,11 +106,11 @@ class ArmBridge:
         except Exception as err:
             text = str(err).lower()
             if any(w in text for w in _CONNECTION_WORDS) or self._servers() == 0:
-                raise DeviceLost(f"{self.key}: {_first_line(err)}") from None
+                raise DeviceLost(f"{self.key}: {error_summary(err)}") from None
             kind = ErrorKind.RUN_ERROR
             return RunResult(
                 error_kind=kind,
-                error_msg=kind.message(f"{type(err).__name__}: {err}"),
+                error_msg=kind.message(error_summary(err, limit=500)),
                 device=device,
                 worker=worker,
             )
@@ -151,8 +152,3 @@ def _remote_tensor(info: Any, dev: Any, rng: np.random.Generator) -> Any:
     else:
         host = rng.integers(0, 8, size=shape).astype(dtype)
     return tvm.runtime.tensor(host, device=dev)
-
-
-def _first_line(err: BaseException) -> str:
-    lines = [line for line in str(err).strip().splitlines() if line.strip()]
-    return lines[0][:300] if lines else type(err).__name__

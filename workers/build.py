@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import tvm
 
+from database.errors import error_summary
 from workers import fast_math
 from workers.results import BUILDER_CRASHED, BuildResult, ErrorKind
 
@@ -19,8 +20,9 @@ if TYPE_CHECKING:
     from workers.sandbox import Sandbox
 
 
-def _export_options(target: tvm.target.Target) -> dict:
-    """How to link the artifact: cross-compile for an aarch64 triple, else the host C compiler."""
+def export_options(target: tvm.target.Target) -> dict:
+    """``export_library`` options for ``target``: cross-compile for an aarch64 triple, else the
+    host C compiler."""
     triple = str(target.attrs.get("mtriple", "")) if target.kind.name == "llvm" else ""
     if triple.startswith("aarch64"):
         from tvm.support import cc
@@ -53,14 +55,14 @@ def build_artifact(mod_json: str, target_json: str) -> tuple[BuildResult, bytes 
         rt_mod = _compile(mod, target)
         with tempfile.TemporaryDirectory(prefix="tunefarm-build-") as tmp:
             path = os.path.join(tmp, "candidate.so")
-            rt_mod.export_library(path, **_export_options(target))
+            rt_mod.export_library(path, **export_options(target))
             with open(path, "rb") as f:
                 data = f.read()
     except Exception as err:
         return (
             BuildResult(
                 error_kind=ErrorKind.BUILD_ERROR,
-                error_msg=ErrorKind.BUILD_ERROR.message(f"{type(err).__name__}: {err}"),
+                error_msg=ErrorKind.BUILD_ERROR.message(error_summary(err, limit=500)),
                 build_sec=time.perf_counter() - start,
                 worker=f"{worker} ({cpu_fingerprint()})",
             ),

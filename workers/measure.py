@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import tvm
 
+from database.errors import error_summary
 from workers.config import MeasureConfig
 from workers.fingerprint import device_fingerprint
 from workers.results import ErrorKind, RunResult
@@ -68,7 +69,7 @@ def measure_artifact(
             if config.cooldown_ms:
                 time.sleep(config.cooldown_ms / 1000)
     except Exception as err:
-        return _error(ErrorKind.RUN_ERROR, f"{type(err).__name__}: {err}", device, worker)
+        return _error(ErrorKind.RUN_ERROR, error_summary(err, limit=500), device, worker)
     return _checked(secs, device, worker)
 
 
@@ -101,7 +102,7 @@ def measure_vm(
             dev.sync()
             secs = tuple(float(s) for s in evaluator(*args).results)
     except Exception as err:
-        return _error(ErrorKind.RUN_ERROR, f"{type(err).__name__}: {err}", device, worker)
+        return _error(ErrorKind.RUN_ERROR, error_summary(err, limit=500), device, worker)
     return _checked(secs, device, worker)
 
 

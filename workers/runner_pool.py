@@ -38,6 +38,7 @@ from typing import Any
 
 import ray
 
+from database.errors import error_summary
 from workers.config import MeasureConfig
 from workers.results import ErrorKind, EventLog, RunResult
 
@@ -394,7 +395,7 @@ class RunnerPool:
             log.exception("runner pool dispatcher failed")
             with self._cv:
                 self._stop = True
-                self._fail_all(f"runner pool dispatcher failed: {_first_line(err)}")
+                self._fail_all(f"runner pool dispatcher failed: {error_summary(err)}")
 
     def _dispatch_loop(self) -> None:
         while True:
@@ -579,12 +580,12 @@ class RunnerPool:
             batch = self._release(slot)  # the artifact is gone, not the runner
             self._promote(slot)
             if len(batch) > 1:
-                self._split(batch, slot, ErrorKind.WORKER_DIED, _first_line(err))
+                self._split(batch, slot, ErrorKind.WORKER_DIED, error_summary(err))
             else:
                 self._artifact_lost(batch[0], err)
             return
         except ray.exceptions.RayActorError as err:
-            detail = f"runner {slot.spec.name} died: {_first_line(err)}"
+            detail = f"runner {slot.spec.name} died: {error_summary(err)}"
             if slot.spec.node_id and not _node_alive(slot.spec.node_id):
                 batch = self._release(slot)
                 self._kill(slot)
@@ -598,7 +599,7 @@ class RunnerPool:
             self._failed(slot, ErrorKind.WORKER_DIED, detail, certain=slot.starting)
             return
         except ray.exceptions.RayError as err:
-            detail = f"runner {slot.spec.name}: {_first_line(err)}"
+            detail = f"runner {slot.spec.name}: {error_summary(err)}"
             self._failed(slot, ErrorKind.WORKER_DIED, detail, certain=True)
             return
         if slot.starting:
@@ -692,10 +693,10 @@ class RunnerPool:
         return next(s for s in self.slots if s.spec.name == name)
 
     def _artifact_lost(self, work: _Work, err: Exception) -> None:
-        self._log.note(f"artifact lost: {work.future.key}: {_first_line(err)}")
+        self._log.note(f"artifact lost: {work.future.key}: {error_summary(err)}")
         if work.rebuild is None or work.future.attempts >= self.policy.max_attempts:
             work.future._resolve(
-                _err(ErrorKind.WORKER_DIED, f"artifact lost with its node: {_first_line(err)}")
+                _err(ErrorKind.WORKER_DIED, f"artifact lost with its node: {error_summary(err)}")
             )
             return
         work.artifact = work.rebuild()
@@ -731,8 +732,3 @@ def _node_alive(node_id: str) -> bool:
         return any(n["NodeID"] == node_id and n.get("Alive") for n in ray.nodes())
     except Exception:
         return True
-
-
-def _first_line(err: BaseException) -> str:
-    lines = [line for line in str(err).strip().splitlines() if line.strip()]
-    return lines[0][:300] if lines else type(err).__name__

@@ -15,10 +15,10 @@ from benchmarks.baseline import (
     invalid_reason,
     load_plain_function,
     measured_peak,
-    stat,
     wait_quiet,
 )
-from benchmarks.report import _ms, _peak_cell, _ratio_cell, headline, summarize_reasons
+from benchmarks.common import stat
+from benchmarks.report import headline, ms_cell, peak_cell, ratio_cell, summarize_reasons
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -96,15 +96,15 @@ def test_report_prints_invalid_instead_of_a_ratio() -> None:
     fast = stat([0.5, 0.5, 0.5]) | {"gflops": 206.0}
     ok = stat([1.0, 1.0, 1.0]) | {"gflops": 50.0}
     res = _res(noisy, ok)
-    assert _ms(noisy, res) == "invalid (spread 7100%)"
-    assert _ratio_cell(res, noisy, ok) == "invalid (spread 7100%)"
-    assert _ratio_cell(res, res["kernels"]["rows"][0]["untuned"], ok) == "9.00x"
+    assert ms_cell(noisy, res) == "invalid (spread 7100%)"
+    assert ratio_cell(res, noisy, ok) == "invalid (spread 7100%)"
+    assert ratio_cell(res, res["kernels"]["rows"][0]["untuned"], ok) == "9.00x"
     text = "\n".join(headline(res))
     assert "**invalid (spread 7100%)** numpy/OpenBLAS's speed" in text
     assert "**9.0x** faster than the untuned default" in text
     assert "best 50% of the measured SGEMM peak" in text
     res = _res(ok, fast)
-    assert _peak_cell(res, fast) == "invalid (above measured peak)"
+    assert peak_cell(res, fast) == "invalid (above measured peak)"
     text = "\n".join(headline(res))
     assert "fraction of the measured SGEMM peak invalid (above measured peak)" in text
     assert "**Invalid figures**: 1 figure(s)" in text

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.baseline import stat
+from benchmarks.common import stat
 from benchmarks.report import (
     BEGIN,
     END,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import tvm
 import tvm_ffi
@@ -20,8 +22,24 @@ def test_refit_tile_keeps_inner_factors_that_divide() -> None:
     assert refit_tile([64, 2], 7) == [7, 1]
     for factors, extent in (([4, 8], 96), ([1, 3, 5], 30), ([16, 1, 1], 17)):
         assert int(np.prod(refit_tile(factors, extent))) == extent
-    assert bucket_distance({"n": 16}, {"n": 64}) == 2.0
-    assert bucket_distance({"n": 16}, {"b": 16}) > 64
+
+
+def test_bucket_distance_is_log2_steps_and_infinite_across_variables() -> None:
+    assert bucket_distance({"n": 16}, {"n": 64}) == bucket_distance({"n": 64}, {"n": 16}) == 2.0
+    assert bucket_distance({"b": 1, "s": 16}, {"b": 4, "s": 8}) == 3.0
+    assert bucket_distance({"n": 0}, {"n": 1}) == 0.0  # values below 1 count as 1
+    # not over the same variables: not comparable, after every comparable bucket
+    for a, b in (
+        ({"n": 16}, {"b": 16}),
+        ({"n": 16}, {"n": 16, "b": 1}),
+        ({}, {}),
+        (None, {"n": 1}),
+    ):
+        assert bucket_distance(a, b) == math.inf, (a, b)
+    assert sorted([{"b": 16}, {"n": 4096}], key=lambda x: bucket_distance(x, {"n": 1})) == [
+        {"n": 4096},
+        {"b": 16},
+    ]
 
 
 def _store(db: TuneFarmDatabase, mod: tvm.IRModule, sch, target, sec: float, family) -> None:

@@ -35,8 +35,9 @@ log = logging.getLogger("tunefarm.cost_model")
 
 
 @dataclass(frozen=True)
-class WorkloadInfo:
-    """What the cost model knows about a workload: identity, family and bucket."""
+class DatasetWorkload:
+    """A workload as the cost model's dataset sees it: row id, structural hash, task name,
+    family and bucket."""
 
     id: int
     shash: str
@@ -54,7 +55,7 @@ class Dataset:
     group: np.ndarray
     record_id: np.ndarray
     per_store: list[np.ndarray] = field(default_factory=list)
-    workloads: dict[int, WorkloadInfo] = field(default_factory=dict)
+    workloads: dict[int, DatasetWorkload] = field(default_factory=dict)
     replayed: int = 0  # records whose features were computed by replaying their trace
     cached: int = 0  # records whose features came from the record_features cache
 
@@ -112,7 +113,7 @@ def record_stats(
     return int(count or 0), int(max_id or 0)
 
 
-def workload_infos(storage: Storage, ids: list[int] | None = None) -> dict[int, WorkloadInfo]:
+def workload_infos(storage: Storage, ids: list[int] | None = None) -> dict[int, DatasetWorkload]:
     query = select(
         WorkloadRow.id,
         WorkloadRow.shash,
@@ -124,7 +125,8 @@ def workload_infos(storage: Storage, ids: list[int] | None = None) -> dict[int, 
         query = query.where(WorkloadRow.id.in_(ids))
     rows = storage.run(lambda s: list(s.execute(query)))
     return {
-        r[0]: WorkloadInfo(r[0], r[1], r[2], r[3], json.loads(r[4]) if r[4] else None) for r in rows
+        r[0]: DatasetWorkload(r[0], r[1], r[2], r[3], json.loads(r[4]) if r[4] else None)
+        for r in rows
     }
 
 
@@ -195,7 +197,7 @@ def load_dataset(
 def _replay(
     storage: Storage,
     ids: list[int],
-    infos: dict[int, WorkloadInfo],
+    infos: dict[int, DatasetWorkload],
     out: dict[int, tuple[np.ndarray, np.ndarray]],
 ) -> tuple[int, int]:
     """Features of records ``ids`` by replaying their traces, into ``out``.

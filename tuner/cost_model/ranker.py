@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 import xgboost as xgb
 
+from database.errors import error_summary
+
 FORMAT_VERSION = 1
 
 
@@ -144,5 +146,5 @@ def from_bytes(blob: bytes) -> xgb.Booster:
     try:
         booster.load_model(bytearray(blob))
     except xgb.core.XGBoostError as err:
-        raise ValueError(str(err).strip().splitlines()[0][:200]) from None
+        raise ValueError(error_summary(err, with_type=False)) from None
     return booster

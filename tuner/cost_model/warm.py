@@ -18,7 +18,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,7 @@ from sqlalchemy import select
 from database import Storage, TargetKey, shash_of
 from database.models import WorkloadRow
 from database.snapshots import latest_snapshot, save_snapshot
+from database.transfer import bucket_distance
 from tuner.cost_model.dataset import Dataset, load_dataset, record_stats
 from tuner.cost_model.features import FEATURE_VERSION
 from tuner.cost_model.metrics import evaluate
@@ -213,13 +214,6 @@ def base_model(
     if count < MIN_TRAIN_VALID:
         return BaseModel(None, "none", None, f"{count} valid records: too few to pre-train")
     return train_base(storage, target, params, max_records=max_records)
-
-
-def bucket_distance(a: Mapping[str, int] | None, b: Mapping[str, int] | None) -> float:
-    """Sum over shared dims of |log2 a - log2 b| (inf when not comparable)."""
-    if not a or not b or set(a) != set(b):
-        return math.inf
-    return sum(abs(math.log2(max(1, a[k])) - math.log2(max(1, b[k]))) for k in a)
 
 
 def neighbour_weight(distance: float) -> float:

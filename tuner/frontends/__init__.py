@@ -22,6 +22,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from database.errors import error_summary
 from tuner.errors import TuneFarmError
 from tuner.model import Reference
 
@@ -81,13 +82,8 @@ def quiet() -> Iterator[None]:
             logging.disable(logging.NOTSET)
 
 
-def first_line(err: BaseException) -> str:
-    """``Type: last non-empty line of the message`` (framework errors are long)."""
-    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
-    text = lines[-1] if lines else ""
-    if len(text) > 300:
-        text = text[:297] + "..."
-    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+# The old name, still imported by torch.py and onnx.py; new code calls error_summary.
+first_line = error_summary
 
 
 def identifier(name: str) -> str:

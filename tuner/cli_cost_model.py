@@ -1,4 +1,4 @@
-"""``tunefarm model``: train, evaluate and list the cost model's database snapshots."""
+"""``tunefarm cost-model``: train, evaluate and list the cost model's database snapshots."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from rich.table import Table
 from tuner.cli_common import ArchOpt, DbOpt, console, open_storage, user_errors
 from tuner.errors import TuneFarmError
 
-model_app = typer.Typer(
+cost_model_app = typer.Typer(
     help="The cost model: pre-train it from the database, evaluate it, list its snapshots.",
     no_args_is_help=True,
 )
@@ -55,7 +55,7 @@ def _fmt(value: Any) -> str:
     return "-" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
-@model_app.command()
+@cost_model_app.command()
 @user_errors
 def train(db: DbOpt = None, target: ModelTargetOpt = "llvm", arch: ArchOpt = None) -> None:
     """Train the cost model on every record of the target and store it as a snapshot."""
@@ -68,7 +68,7 @@ def train(db: DbOpt = None, target: ModelTargetOpt = "llvm", arch: ArchOpt = Non
     console.print(f"snapshot #{base.snapshot_id}: {base.note}")
 
 
-@model_app.command("eval")
+@cost_model_app.command("eval")
 @user_errors
 def evaluate(
     db: DbOpt = None,
@@ -108,7 +108,7 @@ def evaluate(
         console.print(table)
 
 
-@model_app.command("list")
+@cost_model_app.command("list")
 @user_errors
 def list_(
     db: DbOpt = None,

@@ -17,7 +17,7 @@ from database import Storage, TuneFarmDatabase
 from tuner.dispatch import KernelDispatch, add_dispatch
 from tuner.errors import TuneFarmError
 from tuner.fastimport import preload_tensor_intrin
-from tuner.pipeline import backend_passes, normalize, prepare, symbolic_vars_of
+from tuner.pipeline import backend_passes, legalize, normalize, prepare, symbolic_vars_of
 from workers import fast_math
 from workers.fingerprint import local_device_for
 
@@ -30,7 +30,10 @@ class KernelReport:
 
     name: str
     calls: int
-    source: str  # "tuned", "buckets" (symbolic, dispatched to bucket kernels) or "untuned"
+    # "tuned"; "buckets" (symbolic, dispatched to bucket kernels); "default" (symbolic, tuned at
+    # every bucket, where the default schedule measured fastest: the generic kernel is that
+    # schedule); "untuned"
+    source: str
     level: str | None  # lookup level of the tuned record
     mean_sec: float | None  # the record's measured latency
     symbolic: bool = False
@@ -94,7 +97,15 @@ def inspect_kernels(
         plan = dispatch.get(name)
         # "buckets": the dispatch runs a bucket kernel for some value (one whose rule runs the
         # generic kernel everywhere is the untuned build's kernel)
-        source = "tuned" if found else "buckets" if plan and plan.used else "untuned"
+        source = (
+            "tuned"
+            if found
+            else "buckets"
+            if plan and plan.used
+            else "default"
+            if plan and plan.default_won
+            else "untuned"
+        )
         kernels.append(
             KernelReport(
                 name=name,
@@ -117,7 +128,7 @@ def _with_database(
 
     Runs inside ``with target, db``."""
     mod, dispatch = add_dispatch(prepared, target, db)
-    mod = relax.transform.LegalizeOps()(mod)  # the pads and slices the dispatch added
+    mod = legalize()(mod)  # the pads and slices the dispatch added
     mod = relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
     return mod, dispatch
 

@@ -18,15 +18,18 @@ block (1 for ``x @ W``, 2 for ``q @ k^T`` or softmax over ``s x s`` scores). Ker
 cannot be padded (a reduction over ``v`` that no pad value leaves unchanged), depend on
 several variables or have no record run the generic kernel (default schedule).
 
-The dispatch lives in Relax: each call site becomes a call to a private function holding an
-``if v <= b1 ... elif ... else`` chain; a bucket branch pads the inputs along ``v`` to a
-multiple of the range kernel's tile (with zeros, or -inf where a max or softmax reduces over
-``v``), calls the padded kernel (predicate-free) and slices the result back to ``v`` rows.
+The dispatch lives in Relax and branches once per call of the model: the values of each
+variable are cut at every interval end of every kernel, and ``main`` calls, per region, a copy
+of itself whose kernel calls are that region's picks (a bucket branch pads the inputs along
+``v`` to a multiple of the range kernel's tile, with zeros or -inf where a max or softmax
+reduces over ``v``, calls the padded kernel, predicate-free, and slices the result back to
+``v`` rows). Where that cannot be done, each call site calls a dispatch function of its own.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -136,6 +139,8 @@ class KernelDispatch:
     degree: int = 1  # work grows as var ** degree
     # the buffers a bucket branch pads and slices (empty: padding assumed free)
     buffers: tuple[PadBuffer, ...] = ()
+    # tuned at every bucket, and the default schedule measured fastest at each
+    default_won: bool = False
 
     @functools.cached_property
     def intervals(self) -> tuple[tuple[int, BucketKernel | None], ...]:
@@ -288,7 +293,9 @@ def _plan(name: str, func: tirx.PrimFunc, target: Any, db: TuneFarmDatabase) -> 
             if default_won == len(usable)
             else "no transplantable record"
         )
-        plan.dispatch = KernelDispatch(name, var.name, reason=reason)
+        plan.dispatch = KernelDispatch(
+            name, var.name, reason=reason, default_won=default_won == len(usable)
+        )
     else:
         plan.dispatch = KernelDispatch(
             name,
@@ -296,12 +303,12 @@ def _plan(name: str, func: tirx.PrimFunc, target: Any, db: TuneFarmDatabase) -> 
             tuple(k for k, _ in plan.kernels),
             generic=tuple(generic),
             degree=work_degree(norm["main"], var.name),
-            buffers=_pad_buffers(norm["main"], var.name, plan.pads),
+            buffers=pad_buffers(norm["main"], var.name, plan.pads),
         )
     return plan
 
 
-def _pad_buffers(
+def pad_buffers(
     func: tirx.PrimFunc, var_name: str, pads: tuple[float, ...]
 ) -> tuple[PadBuffer, ...]:
     """The buffers a bucket branch of ``func`` pads (its inputs) and slices (its output)."""
@@ -346,67 +353,242 @@ def _model_var(sinfo: relax.TensorType, kernel_shape: list[Any], name: str) -> A
     return None
 
 
+def _emit_branch(
+    builder: relax.BlockBuilder,
+    args: list[relax.Expr],
+    out_sinfo: relax.TensorType,
+    kernel_gv: relax.GlobalVar,
+    site: _Site,
+    tile: int,
+    static: bool = False,
+) -> relax.Expr:
+    """Emit into ``builder``: pad the inputs along the site's variable to a multiple of
+    ``tile`` (input ``i`` with ``pads[i]``), call the padded kernel; return the slice of its
+    output back to the variable's extent. A static kernel takes inputs padded to exactly
+    ``tile`` (its bucket) and no ``m``."""
+    extent = site.model_var
+    m = tirx.floordiv(extent + (tile - 1), tile)
+    padded = tirx.IntImm("int64", tile) if static else m * tile
+    padded_args = []
+    for arg, axes, pad in zip(args, site.pad_axes, site.plan.pads, strict=True):
+        value: relax.Expr = arg
+        for axis in axes if tile > 1 else ():  # tile 1: nothing to pad
+            shape = relax.ShapeExpr(
+                [padded - extent if i == axis else d for i, d in enumerate(value.ty.shape.values)]
+            )
+            dtype = arg.ty.dtype
+            fill = relax.op.zeros(shape, dtype)
+            if pad != 0:  # 0 + pad (relax.op.full does not legalize in TVM 0.27)
+                fill = relax.op.add(fill, relax.const(pad, dtype))
+            value = builder.emit(relax.op.concat([value, builder.emit(fill)], axis=axis))
+        padded_args.append(value)
+    out_shape = list(out_sinfo.shape.values)
+    for axis in site.out_axes:
+        out_shape[axis] = padded
+    call = relax.call_tir(
+        kernel_gv,
+        padded_args if static else [*padded_args, relax.prim_value(m)],
+        relax.TensorType(out_shape, out_sinfo.dtype),
+    )
+    if tile == 1:
+        return call
+    full = builder.emit(call)
+    n = len(site.out_axes)
+    return relax.op.strided_slice(full, axes=site.out_axes, begin=[0] * n, end=[extent] * n)
+
+
 def _branch_function(
     bb: relax.BlockBuilder,
     fname: str,
     params: list[relax.Var],
     out_sinfo: relax.TensorType,
     kernel_gv: relax.GlobalVar,
-    pad_axes: list[list[int]],
-    pads: tuple[float, ...],
-    out_axes: list[int],
-    extent: Any,
+    site: _Site,
     tile: int,
     static: bool = False,
 ) -> relax.GlobalVar:
-    """A function: pad inputs to a multiple of ``tile`` (input ``i`` with ``pads[i]``), call
-    the padded kernel, slice. A static kernel takes inputs padded to exactly ``tile`` (its
-    bucket) and no ``m``."""
+    """A private function running one bucket branch (:func:`_emit_branch`) on its params."""
     fparams = [relax.Var(p.name, p.ty) for p in params]
-    m = tirx.floordiv(extent + (tile - 1), tile)
-    padded = tirx.IntImm("int64", tile) if static else m * tile
     fb = relax.BlockBuilder()
     with fb.function(fname, fparams, private=True):
         with fb.dataflow():
-            args = []
-            for p, axes, pad in zip(fparams, pad_axes, pads, strict=True):
-                value: relax.Expr = p
-                for axis in axes if tile > 1 else ():  # tile 1: nothing to pad
-                    shape = relax.ShapeExpr(
-                        [
-                            padded - extent if i == axis else d
-                            for i, d in enumerate(value.ty.shape.values)
-                        ]
-                    )
-                    dtype = p.ty.dtype
-                    fill = relax.op.zeros(shape, dtype)
-                    if pad != 0:  # 0 + pad (relax.op.full does not legalize in TVM 0.27)
-                        fill = relax.op.add(fill, relax.const(pad, dtype))
-                    value = fb.emit(relax.op.concat([value, fb.emit(fill)], axis=axis))
-                args.append(value)
-            out_shape = list(out_sinfo.shape.values)
-            for axis in out_axes:
-                out_shape[axis] = padded
-            full = fb.emit(
-                relax.call_tir(
-                    kernel_gv,
-                    args if static else [*args, relax.prim_value(m)],
-                    relax.TensorType(out_shape, out_sinfo.dtype),
-                )
-            )
-            ends = [extent] * len(out_axes)
-            sliced = relax.op.strided_slice(
-                full, axes=out_axes, begin=[0] * len(out_axes), end=ends
-            )
-            out = fb.emit_output(sliced if tile > 1 else full)
+            out = _emit_branch(fb, list(fparams), out_sinfo, kernel_gv, site, tile, static)
+            out = fb.emit_output(out)
         fb.emit_func_output(out)
     return bb.add_func(fb.get()[fname], fname)  # may return an identical existing function
+
+
+@dataclass(frozen=True)
+class _Site:
+    """A call site of a dispatched kernel: the caller's variable and the axes along it."""
+
+    plan: _Plan
+    model_var: tirx.Var
+    pad_axes: list[list[int]]  # per input: the axes the variable spans
+    out_axes: list[int]
+
+
+_CALL_TIR = tvm.ir.Op.get("relax.call_tir")
+
+
+def _site(call: relax.Call, prepared: tvm.IRModule, active: dict[str, _Plan]) -> _Site | None:
+    """The dispatch site a ``call_tir`` of an active kernel is (None: keep the generic call)."""
+    if not call.op.same_as(_CALL_TIR):
+        return None
+    name = call.args[0].name_hint
+    plan = active.get(name)
+    if plan is None or len(call.ty_args) != 1 or len(call.args) > 2:
+        return None
+    if not isinstance(call.ty_args[0], relax.TensorType):
+        return None
+    args = list(call.args[1].fields)
+    var_name = plan.dispatch.var
+    kparams = list(prepared[name].params)
+    model_var = None
+    for arg, kp in zip(args, kparams, strict=False):
+        model_var = _model_var(arg.ty, list(kp.shape), var_name)
+        if model_var is not None:
+            break
+    if model_var is None or not isinstance(model_var, tirx.Var):
+        return None  # the caller's dim is an expression: keep the generic kernel
+    pad_axes = [
+        [i for i, d in enumerate(kp.shape) if isinstance(d, tirx.Var) and d.name == var_name]
+        for kp in kparams[: len(args)]
+    ]
+    out_axes = [
+        i
+        for i, d in enumerate(kparams[len(args)].shape)
+        if isinstance(d, tirx.Var) and d.name == var_name
+    ]
+    return _Site(plan, model_var, pad_axes, out_axes) if out_axes else None
+
+
+def _choice(dispatch: KernelDispatch, value: int | None) -> BucketKernel | None:
+    """The kernel the rule runs at ``value`` (None: above every bucket)."""
+    if value is not None:
+        for upper, bk in dispatch.intervals:
+            if value <= upper:
+                return bk
+    return dispatch.above
+
+
+# A function is specialized per region of its variables' values (one ``if`` per call of the
+# model) when it has at most this many regions; beyond, each call site dispatches on its own.
+MAX_REGIONS = 8
+
+
+def _param_vars(params: list[relax.Var]) -> dict[str, tirx.Var]:
+    """The symbolic variables a Relax function's parameters define, by name."""
+    out: dict[str, tirx.Var] = {}
+    for param in params:
+        shape = getattr(param.ty, "shape", None)
+        for dim in getattr(shape, "values", None) or ():
+            if isinstance(dim, tirx.Var):
+                out.setdefault(dim.name, dim)
+    return out
+
+
+def _regions(
+    func: relax.Function, prepared: tvm.IRModule, active: dict[str, _Plan]
+) -> dict[str, list[int | None]] | None:
+    """Per variable the function dispatches on, the upper ends of its value regions (None: no
+    upper end): every value of a region runs the same kernel at every call site. None when
+    the function cannot be specialized (a variable its parameters do not define, too many
+    regions) or needs no dispatch."""
+    sites: list[_Site] = []
+
+    def visit(expr: relax.Expr) -> None:
+        if isinstance(expr, relax.Call):
+            site = _site(expr, prepared, active)
+            if site is not None:
+                sites.append(site)
+
+    relax.analysis.post_order_visit(func.body, visit)
+    if not sites:
+        return None
+    defined = _param_vars(list(func.params))
+    cuts: dict[str, set[int]] = {}
+    for site in sites:
+        var = defined.get(site.model_var.name)
+        if var is None or not var.same_as(site.model_var):
+            return None
+        cuts.setdefault(var.name, set()).update(u for u, _ in site.plan.dispatch.intervals)
+    regions = {name: [*sorted(c), None] for name, c in cuts.items()}
+    return regions if math.prod(len(r) for r in regions.values()) <= MAX_REGIONS else None
+
+
+def _specialize(
+    bb: relax.BlockBuilder,
+    gv: relax.GlobalVar,
+    func: relax.Function,
+    prepared: tvm.IRModule,
+    active: dict[str, _Plan],
+    kernel_gvs: dict[str, relax.GlobalVar],
+    regions: dict[str, list[int | None]],
+) -> relax.Function:
+    """``func`` as one ``if`` over the regions of its variables' values, each branch calling
+    a copy of ``func`` whose kernel calls are the ones the rule picks in that region (bucket
+    kernels inline with their pads and slices, generic kernels as they were). The model pays
+    one branch per call; each copy keeps its dataflow block, so its memory is planned as the
+    untuned build's is."""
+    names = list(regions)
+
+    @relax.expr_functor.mutator
+    class _Inline(relax.PyExprMutator):
+        def __init__(self, values: dict[str, int | None]) -> None:
+            super().__init__()
+            self.values = values
+
+        def visit_call_(self, op: relax.Call) -> relax.Expr:
+            call = super().visit_call_(op)
+            site = _site(call, prepared, active) if isinstance(call, relax.Call) else None
+            if site is None:
+                return call
+            bk = _choice(site.plan.dispatch, self.values[site.model_var.name])
+            if bk is None:
+                return call
+            args = list(call.args[1].fields)
+            return _emit_branch(
+                self.builder_, args, call.ty_args[0], kernel_gvs[bk.name], site, bk.tile, bk.static
+            )
+
+    def region_gv(values: dict[str, int | None]) -> relax.GlobalVar:
+        body = _Inline(values).visit_expr(relax.utils.copy_with_new_vars(func))
+        tag = "_".join(
+            f"{n}_{'le' + str(v) if v is not None else 'above'}" for n, v in values.items()
+        )
+        # regions that run the same kernels get one copy (named after the first)
+        return bb.add_func(body.without_attr("global_symbol"), f"{gv.name_hint}_dispatch_{tag}")
+
+    combos = [dict(zip(names, c, strict=True)) for c in itertools.product(*regions.values())]
+    copies = {tuple(c.values()): region_gv(c) for c in combos}
+    params = [relax.Var(p.name, p.ty) for p in func.params]
+    defined = _param_vars(params)
+
+    def chain(i: int, values: dict[str, int | None]) -> relax.Expr:
+        if i == len(names):
+            return relax.Call(copies[tuple(values.values())], params)
+        name, out = names[i], None
+        var = defined[name]
+        for upper in reversed(regions[name]):
+            branch = _seq(chain(i + 1, {**values, name: upper}), func.ret_ty)
+            out = branch if out is None else relax.If(relax.prim_value(var <= upper), branch, out)
+        assert out is not None
+        return out
+
+    fb = relax.BlockBuilder()
+    with fb.function(gv.name_hint, params, attrs=dict(func.attrs) if func.attrs else None):
+        out = fb.emit(chain(0, {}))
+        fb.emit_func_output(out)
+    return fb.get()[gv.name_hint]
 
 
 def add_dispatch(
     prepared: tvm.IRModule, target: Any, db: TuneFarmDatabase
 ) -> tuple[tvm.IRModule, dict[str, KernelDispatch]]:
-    """Add bucket range kernels and per-call-site dispatch functions to a prepared module."""
+    """Add bucket range kernels and dispatch to a prepared module: each Relax function is
+    specialized per region of its variables' values (:func:`_specialize`), or, where it cannot
+    be, each of its call sites calls a dispatch function of its own."""
     plans: dict[str, _Plan] = {}
     for gv, func in prepared.functions.items():
         if isinstance(func, tirx.PrimFunc) and symbolic_var(func) is not None:
@@ -423,7 +605,7 @@ def add_dispatch(
                 )
     report = {name: plan.dispatch for name, plan in plans.items()}
     # a kernel whose rule runs the generic kernel at every value keeps its plain call: a
-    # dispatch function would only add its call and `if` to every call
+    # dispatch would only add its cost to every call
     active = {name: plan for name, plan in plans.items() if plan.dispatch.used}
     if not active:
         return prepared, report
@@ -435,69 +617,37 @@ def add_dispatch(
         if bk in plan.dispatch.used
     }
     counter = [0]
-    call_tir = tvm.ir.Op.get("relax.call_tir")
 
     def make_dispatch(call: relax.Call) -> relax.Expr | None:
-        name = call.args[0].name_hint
-        plan = active.get(name)
-        if plan is None or len(call.ty_args) != 1:
+        site = _site(call, prepared, active)
+        if site is None:
             return None
+        name, plan = call.args[0].name_hint, site.plan
         out_sinfo = call.ty_args[0]
-        if not isinstance(out_sinfo, relax.TensorType) or len(call.args) > 2:
-            return None
         args = list(call.args[1].fields)
-        kfunc = prepared[name]
-        var_name = plan.dispatch.var
-        kparams = list(kfunc.params)
-        model_var = None
-        for arg, kp in zip(args, kparams, strict=False):
-            expr = _model_var(arg.ty, list(kp.shape), var_name)
-            if expr is not None:
-                model_var = expr
-                break
-        if model_var is None or not isinstance(model_var, tirx.Var):
-            return None  # the caller's dim is an expression: keep the generic kernel
-        pad_axes = [
-            [i for i, d in enumerate(kp.shape) if isinstance(d, tirx.Var) and d.name == var_name]
-            for kp in kparams[: len(args)]
-        ]
-        out_axes = [
-            i
-            for i, d in enumerate(kparams[len(args)].shape)
-            if isinstance(d, tirx.Var) and d.name == var_name
-        ]
-        if not out_axes:
-            return None
         counter[0] += 1
         tag = f"{name}_dispatch{counter[0]}"
         params = [relax.Var(f"a{i}", a.ty) for i, a in enumerate(args)]
-        branches = [
-            (
-                bk.name,
-                _branch_function(
-                    bb,
-                    f"{tag}_{bk.name[len(name) + 1 :]}",
-                    params,
-                    out_sinfo,
-                    kernel_gvs[bk.name],
-                    pad_axes,
-                    plan.pads,
-                    out_axes,
-                    model_var,
-                    bk.tile,
-                    bk.static,
-                ),
+        by_name = {
+            bk.name: _branch_function(
+                bb,
+                f"{tag}_{bk.name[len(name) + 1 :]}",
+                params,
+                out_sinfo,
+                kernel_gvs[bk.name],
+                site,
+                bk.tile,
+                bk.static,
             )
             for bk in plan.dispatch.used
-        ]
-        by_name = dict(branches)
+        }
         fparams = [relax.Var(p.name, p.ty) for p in params]
         generic = relax.call_tir(call.args[0], fparams, out_sinfo)
         above = plan.dispatch.above
         body: relax.Expr = generic if above is None else relax.Call(by_name[above.name], fparams)
         for upper, bk in reversed(plan.dispatch.intervals):
             chosen = generic if bk is None else relax.Call(by_name[bk.name], fparams)
-            cond = relax.prim_value(model_var <= upper)
+            cond = relax.prim_value(site.model_var <= upper)
             body = relax.If(cond, _seq(chosen, out_sinfo), _seq(body, out_sinfo))
         fb = relax.BlockBuilder()
         with fb.function(tag, fparams, private=True):
@@ -509,21 +659,27 @@ def add_dispatch(
     class _Rewriter(relax.PyExprMutator):
         def visit_call_(self, op: relax.Call) -> relax.Expr:
             call = super().visit_call_(op)
-            if isinstance(call, relax.Call) and call.op.same_as(call_tir):
+            if isinstance(call, relax.Call):
                 new = make_dispatch(call)
                 if new is not None:
                     return new
             return call
 
     rewriter = _Rewriter(bb.get())
+    specialized: dict[relax.GlobalVar, relax.Function] = {}
     for gv, func in list(bb.get().functions.items()):
         if isinstance(func, relax.Function) and "_dispatch" not in gv.name_hint:
             if func.attrs is None or "global_symbol" not in func.attrs:
                 continue
-            new_func = rewriter.visit_expr(func)
-            bb.update_func(gv, new_func)
+            regions = _regions(func, prepared, active)
+            if regions is not None:
+                specialized[gv] = _specialize(bb, gv, func, prepared, active, kernel_gvs, regions)
+            else:
+                bb.update_func(gv, rewriter.visit_expr(func))
     mod = bb.finalize()
-    return mod, report
+    for gv, func in specialized.items():
+        mod[gv] = func
+    return relax.transform.Normalize()(mod), report
 
 
 def _seq(expr: relax.Expr, sinfo: relax.Type) -> relax.SeqExpr:

@@ -22,11 +22,25 @@ def backend_passes(target: tvm.target.Target, stage: str) -> list[tvm.transform.
     return list(getattr(module, stage)(target))
 
 
+def _keep(_bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    return call
+
+
+def legalize() -> tvm.transform.Pass:
+    """``LegalizeOps``, except that reshapes stay Relax ops, which the VM runs as views of the
+    same memory (no kernel). A reshape to a symbolic shape legalizes to a kernel indexing with
+    ``% s``, which ``FuseOps`` leaves alone, while the same reshape at a bucket's constant
+    shape fuses into its neighbour: the symbolic module's kernels and its buckets' kernels
+    then differ (a ``transpose`` against a ``fused_reshape_transpose``) and never share
+    records. Kept as views, both have the same ``transpose``."""
+    return relax.transform.LegalizeOps({"relax.reshape": _keep})
+
+
 def prepare_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
     """Library dispatch, legalization and fusion: what both extraction and build run first."""
     return [
         *backend_passes(target, "library_dispatch_passes"),
-        relax.transform.LegalizeOps(),
+        legalize(),
         relax.transform.AnnotateTIROpPattern(),
         relax.transform.FoldConstant(),
         relax.transform.FuseOps(),

@@ -53,3 +53,16 @@ def test_dynamic_example_buckets(llvm_target) -> None:
     assert buckets == {"b": [1, 8, 32, 128]}
     tasks = bucket_tasks(model.mod, llvm_target, {"b": [1, 32]})
     assert len(tasks) == 4 and {bt.bucket["b"] for bt in tasks} == {1, 32}
+
+
+def test_every_symbolic_kernel_has_its_bucket_tasks(llvm_target) -> None:
+    """The transformer block's kernels at s=16 are the symbolic module's kernels at s=16:
+    reshapes stay views in both (a symbolic reshape would be a kernel of its own, while at a
+    constant s it fuses into the transpose, and the two would never share records)."""
+    from tuner.pipeline import extract_tasks, prepare
+
+    mod = load_model(ROOT / "examples" / "transformer_block_dynamic.py").mod
+    symbolic = {t.name for t in extract_tasks(prepare(mod, llvm_target), llvm_target)}
+    buckets = {bt.task.name.split("[")[0] for bt in bucket_tasks(mod, llvm_target, {"s": [16]})}
+    assert symbolic == buckets
+    assert not any("reshape" in name for name in symbolic)

@@ -351,6 +351,22 @@ def test_softmax_bucket_kernel_is_dispatched_with_inf_padding(tmp_path, llvm_tar
         # same estimated time, and constant shapes), padded to 16; above: the range kernel
         expected = "n16_static" if 8 < value <= 16 else "n16"
         assert res.kernels == {"softmax": expected}, (value, res.kernels)
+    # one branch per model call: main picks a region of n (..8, 9..16, 17..), each region a
+    # copy of the model with its kernel calls inline, no per-call dispatch function; regions
+    # running the same kernels (..8 and 17..: n16) share one copy
+    with llvm_target, db:
+        applied, _ = add_dispatch(prepare(model.mod, llvm_target), llvm_target, db)
+    regions = {
+        gv.name_hint: f
+        for gv, f in applied.functions.items()
+        if gv.name_hint.startswith("main_dispatch_n_")
+    }
+    assert (
+        set(regions) == {"main_dispatch_n_le8", "main_dispatch_n_le16"}
+        and len(applied.functions) == 1 + 2 + 3
+    )  # main, kernels
+    assert all(" if " not in f.script() for f in regions.values())
+    assert applied["main"].script().count(" if n <= ") == 2
 
 
 def test_padding_overhead_keeps_a_large_tile_from_serving_small_values() -> None:

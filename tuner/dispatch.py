@@ -394,7 +394,11 @@ def _emit_branch(
         return call
     full = builder.emit(call)
     n = len(site.out_axes)
-    return relax.op.strided_slice(full, axes=site.out_axes, begin=[0] * n, end=[extent] * n)
+    # in bounds (``v <= padded``): the slice's extent is ``v`` itself, not ``min(v, padded)``,
+    # so the next kernel call sees the model's variable and can be dispatched too
+    return relax.op.strided_slice(
+        full, axes=site.out_axes, begin=[0] * n, end=[extent] * n, assume_inbound=True
+    )
 
 
 def _branch_function(

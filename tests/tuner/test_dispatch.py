@@ -369,6 +369,48 @@ def test_softmax_bucket_kernel_is_dispatched_with_inf_padding(tmp_path, llvm_tar
     assert applied["main"].script().count(" if n <= ") == 2
 
 
+def test_a_kernel_fed_by_a_padded_branch_is_dispatched_too(tmp_path, llvm_target) -> None:
+    """Two dispatched kernels in a row (matmul+relu, then softmax over its rows): the first
+    one's bucket branch slices its output back to ``n`` rows, and the second must still see
+    ``n`` (not ``min(n, 16)``) and run its own bucket kernel in every region. A slice typed
+    ``min(n, 16)`` left softmax on its generic kernel below the largest bucket."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from database import shash_of
+    from tuner.buckets import bucket_tasks
+    from tuner.pipeline import extract_tasks
+
+    model = load_model(MODEL)
+    db = TuneFarmDatabase(Storage(f"sqlite:///{tmp_path / 'chain.db'}"), llvm_target)
+    family = {
+        t.name: shash_of(t.mod) for t in extract_tasks(prepare(model.mod, llvm_target), llvm_target)
+    }
+    for bt in bucket_tasks(model.mod, llvm_target, {"n": [16]}):
+        base = bt.task.name.split("[", 1)[0]
+        if base not in ("fused_matmul_add_relu", "softmax"):
+            continue
+        db.workload_id(bt.task.mod, create=True, task_name=base, family=(family[base], bt.bucket))
+        sch = tvm.s_tir.Schedule(bt.task.mod)
+        block = sch.get_child_blocks(sch.get_sblock("root"))[0]
+        loop = sch.get_loops(block)[0]  # the rows: n
+        sch.split(loop, sch.sample_perfect_tile(loop, n=2, decision=[2, 8]))
+        db.commit_tuning_record(
+            ms.database.TuningRecord(
+                sch.trace,
+                db.commit_workload(bt.task.mod),
+                run_secs=[1e-6],
+                target=llvm_target,
+                args_info=ms.arg_info.ArgInfo.from_prim_func(bt.task.mod["main"]),
+            )
+        )
+    values = [3, 8, 11, 16, 17]
+    results = bench(model, llvm_target, db, [{"n": v} for v in values], repeat=1, min_repeat_ms=1)
+    for value, res in zip(values, results, strict=True):
+        assert res.agree, (value, res.max_abs_err)
+        assert res.kernels["fused_matmul_add_relu"] != "generic", (value, res.kernels)
+        assert res.kernels["softmax"] != "generic", (value, res.kernels)
+
+
 def test_padding_overhead_keeps_a_large_tile_from_serving_small_values() -> None:
     """Issue 14, item 4: a kernel tuned at s=64 with a 64-row tile, whose measured time (11 us)
     is just below the generic kernel's work-scaled estimate at s=1 (190 us at 16 -> 11.9 us),

@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml
 	@command -v $(PY) >/dev/null 2>&1 || { echo "error: $(PY) not found (set PY=python3.x)"; exit 1; }
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,torch,onnx,hf]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,torch,onnx,hf,ort]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -27,7 +27,7 @@ demo: $(STAMP)
 	$(BIN)/tunefarm tune examples/mlp_dynamic.py --shape b=1,8,32 --trials 48 --db $(DEMO_DB) --seed 0
 	$(BIN)/tunefarm build examples/mlp_dynamic.py --db $(DEMO_DB) -o out/mlp_dynamic.so
 	$(BIN)/tunefarm bench examples/mlp_dynamic.py --db $(DEMO_DB) --shape b=1,5,8,20,32,65
-	$(BIN)/tunefarm tune examples/transformer_block_dynamic.py --shape s=16,64 --trials 96 --db $(DEMO_DB) --seed 0
+	$(BIN)/tunefarm tune examples/transformer_block_dynamic.py --shape s=4,16,64 --trials 128 --db $(DEMO_DB) --seed 0
 	$(BIN)/tunefarm build examples/transformer_block_dynamic.py --db $(DEMO_DB) -o out/transformer_block_dynamic.so
 	$(BIN)/tunefarm bench examples/transformer_block_dynamic.py --db $(DEMO_DB) --shape s=1,7,16,17,40,64,65
 	$(BIN)/tunefarm db stats --db $(DEMO_DB)

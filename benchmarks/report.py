@@ -7,7 +7,6 @@ Also refreshes the headline block of README.md between ``<!-- bench:headline -->
 from __future__ import annotations
 
 import json
-import math
 import re
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from benchmarks.baseline import (
     invalid_reason,
     measured_peak,
 )
+from benchmarks.common import cpu_of, geomean, hostname_of
 
 ROOT = Path(__file__).resolve().parent.parent
 BEGIN, END = "<!-- bench:headline -->", "<!-- /bench:headline -->"
@@ -26,7 +26,7 @@ PHASES = ("startup", "build_wait", "run_wait", "database", "search")
 
 
 # --------------------------------------------------------------------------- helpers
-def _ms(t: dict[str, Any] | None, res: dict[str, Any] | None = None) -> str:
+def ms_cell(t: dict[str, Any] | None, res: dict[str, Any] | None = None) -> str:
     """A time in ms ± spread, or ``invalid (...)`` (judged against ``res``'s peak)."""
     if not isinstance(t, dict):
         return "-"
@@ -41,7 +41,7 @@ def _why(res: dict[str, Any], t: Any) -> str | None:
     return invalid_reason(t, ref_peak(res))
 
 
-def _ratio_cell(res: dict[str, Any], a: dict | None, b: dict | None) -> str:
+def ratio_cell(res: dict[str, Any], a: dict | None, b: dict | None) -> str:
     """``a``'s time / ``b``'s as ``1.23x``, or ``invalid (...)`` when either figure is."""
     for t in (b, a):
         why = _why(res, t)
@@ -103,11 +103,6 @@ def _ratio(a: dict | None, b: dict | None) -> float | None:
     return None
 
 
-def geomean(values: list[float]) -> float | None:
-    values = [v for v in values if v]
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
-
-
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
@@ -138,7 +133,7 @@ def _peak_frac(res: dict[str, Any], t: Any) -> float | None:
     return t["gflops"] / peak if isinstance(t, dict) and peak and "gflops" in t else None
 
 
-def _peak_cell(res: dict[str, Any], t: Any) -> str:
+def peak_cell(res: dict[str, Any], t: Any) -> str:
     """The fraction of the measured peak, or ``invalid (...)``."""
     why = _why(res, t) or (peak_invalid(res) if isinstance(t, dict) else None)
     return invalid_cell(why) if why else _pct(_peak_frac(res, t))
@@ -432,15 +427,15 @@ def _kernels(res: dict[str, Any], img: str | None) -> list[str]:
             [
                 r["M"],
                 "on" if r.get("on_bucket") else "off",
-                _ms(r.get("untuned"), res),
-                _ms(tuned, res),
-                _ms(r.get("numpy"), res),
-                _ms(r.get("stock"), res),
+                ms_cell(r.get("untuned"), res),
+                ms_cell(tuned, res),
+                ms_cell(r.get("numpy"), res),
+                ms_cell(r.get("stock"), res),
                 f"{tuned['gflops']:.1f}" if isinstance(tuned, dict) else "-",
-                _peak_cell(res, tuned),
-                _ratio_cell(res, r.get("untuned"), tuned),
-                _ratio_cell(res, r.get("numpy"), tuned),
-                _ratio_cell(res, r.get("stock"), tuned),
+                peak_cell(res, tuned),
+                ratio_cell(res, r.get("untuned"), tuned),
+                ratio_cell(res, r.get("numpy"), tuned),
+                ratio_cell(res, r.get("stock"), tuned),
                 "yes" if r.get("tuned_agree", r.get("untuned_agree")) else "NO",
             ]
         )
@@ -489,11 +484,11 @@ def _examples(res: dict[str, Any]) -> list[str]:
         [
             r["b"],
             "on" if r.get("on_bucket") else "off",
-            _ms(r.get("untuned"), res),
-            _ms(r.get("tuned"), res),
-            _ms(r.get("numpy"), res),
-            _ratio_cell(res, r.get("untuned"), r.get("tuned")),
-            _ratio_cell(res, r.get("numpy"), r.get("tuned")),
+            ms_cell(r.get("untuned"), res),
+            ms_cell(r.get("tuned"), res),
+            ms_cell(r.get("numpy"), res),
+            ratio_cell(res, r.get("untuned"), r.get("tuned")),
+            ratio_cell(res, r.get("numpy"), r.get("tuned")),
             "yes" if r.get("tuned_agree", r.get("untuned_agree")) else "NO",
         ]
         for r in part["rows"]
@@ -733,8 +728,8 @@ def _machine(res: dict[str, Any], results_file: str | None) -> list[str]:
     out = [
         "## Run",
         "",
-        f"- date: {res.get('date')}; host `{m.get('host')}`; results `{results_file or '-'}`",
-        f"- machine: {m.get('cpu')}; {m.get('platform')}",
+        f"- date: {res.get('date')}; host `{hostname_of(m)}`; results `{results_file or '-'}`",
+        f"- machine: {cpu_of(m)}; {m.get('platform')}",
         f"- threads: {m.get('threads')}; load average {_load(res)}",
         f"- target: `{res.get('target')}`",
         f"- versions: {vers}",
@@ -844,6 +839,9 @@ def render(res: dict[str, Any], imgs: dict[str, str], results_file: str | None =
         *_protocol(res),
         *_kernels(res, imgs.get("kernels")),
         *_examples(res),
+        *_generic(
+            "Models: TuneFarm vs PyTorch eager, torch.compile, ONNX Runtime", res.get("models")
+        ),
         *_efficiency(res, imgs.get("efficiency")),
         *_overhead(res, imgs.get("overhead")),
         *_database(res),
@@ -906,7 +904,7 @@ def update_readme(readme: Path, res: dict[str, Any]) -> bool:
         return False
     body = "\n".join(f"- {h}" for h in headline(res))
     date = str(res.get("date", ""))[:10]
-    host = res.get("machine", {}).get("host")
+    host = hostname_of(res.get("machine"))
     block = f"{BEGIN}\n_From the run of {date} on `{host}`:_\n\n{body}\n{END}"
     readme.write_text(
         re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _m: block, text, flags=re.S)

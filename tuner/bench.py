@@ -1,17 +1,34 @@
-"""Benchmark a model: untuned default build vs tuned build vs a reference implementation.
+"""Benchmark a model: untuned default build vs tuned build vs a reference implementation, and
+the runtimes a user would pick instead.
 
 The reference is the model's own (``Model.reference``): numpy for TVMScript files that define
 ``numpy_reference``, PyTorch for ``.pt2`` exported programs. Without one (ONNX, JSON) the
 untuned TVM build is the numerical reference.
+
+Other runtimes (:data:`RUNTIMES`), when installed: ``torch.compile`` (inductor, CPU,
+``dynamic=True``) of a ``.pt2`` model's exported program, and ONNX Runtime (CPU execution
+provider) on the ``torch.onnx.export`` of that program or on an ``.onnx`` file itself. Each
+one's outputs are checked against the reference; one that cannot run (not installed, the export
+fails) is reported with a one-line reason instead of figures.
+
+Protocol: every runtime uses the same thread count (:func:`bench_threads`: ``torch`` threads,
+ORT's intra-op threads and TVM's pool). The reference and the other runtimes are run and timed
+before any TVM kernel in the process (after a call TVM's pool threads spin and take the cores
+from the others' threads), their repeats interleaved round-robin; then the untuned and tuned
+builds, interleaved the same way. A first call at each shape is excluded from the timings and
+reported (``warmup_sec``: ``torch.compile`` compiles, or recompiles, there).
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import statistics
+import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,6 +41,29 @@ from tuner.errors import TuneFarmError
 from tuner.model import Model
 
 RTOL, ATOL = 1e-4, 1e-5
+NOISY = 0.25  # (max - min) / median over the repeats above this: the figure is marked noisy
+# The other runtimes bench can time beside TuneFarm (the model formats each one runs).
+RUNTIMES = ("torch.compile", "onnxruntime")
+_RUNS = {"torch.compile": (".pt2",), "onnxruntime": (".pt2", ".onnx")}
+
+
+@dataclass(frozen=True)
+class RuntimeResult:
+    """Another runtime at one shape: its median time, its outputs checked against the
+    reference, or why it did not run (``error``, one line)."""
+
+    name: str  # "torch.compile", "onnxruntime"
+    sec: float | None = None
+    max_abs_err: float | None = None
+    agree: bool | None = None
+    warmup_sec: float | None = None  # the first call at this shape (compilation), not timed
+    setup_sec: float | None = None  # before any call: the ONNX export and session, the wrapper
+    error: str | None = None
+    spread: float | None = None  # (max - min) / median of the repeats
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.sec is not None
 
 
 @dataclass(frozen=True)
@@ -41,6 +81,10 @@ class BenchResult:
     shape: dict[str, int]
     kernels: dict[str, str]  # symbolic kernel -> the variant that ran ("b8", "generic")
     reference_sec: float | None = None  # the reference implementation's time (numpy, pytorch)
+    runtimes: tuple[RuntimeResult, ...] = ()  # the other runtimes (torch.compile, onnxruntime)
+    threads: int | None = None  # threads of every runtime (TVM, torch, ORT)
+    # (max - min) / median of the repeats of "tuned", "untuned", "reference"
+    spread: dict[str, float] = field(default_factory=dict)
 
     @property
     def speedup(self) -> float:
@@ -66,12 +110,102 @@ class BenchResult:
         """Reference time / tuned time (> 1: the tuned build is faster)."""
         return self.reference_sec / self.tuned_sec if self.reference_sec else None
 
+    def vs_runtime(self, name: str) -> float | None:
+        """``name``'s time / tuned time (> 1: the tuned build is faster), None where it did
+        not run."""
+        rt = self.runtime(name)
+        return rt.sec / self.tuned_sec if rt is not None and rt.ok and rt.sec else None
+
+    def runtime(self, name: str) -> RuntimeResult | None:
+        return next((r for r in self.runtimes if r.name == name), None)
+
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["speedup"], out["vs_numpy"] = self.speedup, self.vs_numpy
         out["vs_reference"] = self.vs_reference
         out["slower_than_untuned"] = self.slower
+        out["runtimes"] = {
+            r.name: {
+                **{k: v for k, v in asdict(r).items() if k != "name"},
+                "tuned_speedup": self.vs_runtime(r.name),
+            }
+            for r in self.runtimes
+        }
         return out
+
+
+def shape_label(shape: dict[str, int]) -> str:
+    return ",".join(f"{k}={v}" for k, v in shape.items()) or "static"
+
+
+def bench_threads(target: tvm.target.Target | None = None) -> int:
+    """The thread count of every runtime bench times: ``TVM_NUM_THREADS``, else the target's
+    ``num-cores``, else the machine's CPUs (TVM's own default on x86 is half the CPUs)."""
+    env = os.environ.get("TVM_NUM_THREADS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    cores = target.attrs.get("num-cores") if target is not None else None
+    return int(cores) if cores else (os.cpu_count() or 1)
+
+
+def runtimes_for(model: Model) -> tuple[str, ...]:
+    """The other runtimes that can run ``model``'s format (torch.compile: .pt2; ORT: .pt2
+    through its ONNX export, and .onnx)."""
+    return tuple(n for n in RUNTIMES if model.path.suffix in _RUNS[n])
+
+
+def runtime_notes(results: list[BenchResult]) -> list[str]:
+    """One line per other runtime: why it did not run, mismatches, torch.compile's warm-up."""
+    notes: list[str] = []
+    names = list(dict.fromkeys(r.name for res in results for r in res.runtimes))
+    for name in names:
+        rows = [(res, res.runtime(name)) for res in results]
+        rows = [(res, rt) for res, rt in rows if rt is not None]
+        failed = [(res, rt) for res, rt in rows if rt.error and rt.sec is None]
+        if failed and len(failed) == len(rows):
+            notes.append(f"{name}: not run: {failed[0][1].error}")
+            continue
+        for res, rt in failed:
+            notes.append(f"{name} at {shape_label(res.shape)}: not run: {rt.error}")
+        bad = [
+            shape_label(res.shape) for res, rt in rows if rt.sec is not None and rt.agree is False
+        ]
+        if bad:
+            errs = [rt.max_abs_err for _, rt in rows if rt.agree is False and rt.max_abs_err]
+            worst = f" (max err {max(errs):.1e})" if errs else ""
+            where = ", ".join(bad)
+            notes.append(f"{name}: output MISMATCH against the reference at {where}{worst}")
+        warm = [(res, rt.warmup_sec) for res, rt in rows if rt.warmup_sec is not None]
+        if name == "torch.compile" and warm:
+            per = ", ".join(f"{shape_label(res.shape)} {sec:.1f} s" for res, sec in warm)
+            notes.append(
+                f"torch.compile: warm-up (compilation) {sum(s for _, s in warm):.1f} s in all, "
+                f"excluded from its times: {per}"
+            )
+        setup = next((rt.setup_sec for _, rt in rows if rt.setup_sec), None)
+        if name == "onnxruntime" and setup:
+            notes.append(
+                f"onnxruntime: setup (the ONNX export, the session) {setup:.1f} s, not timed"
+            )
+    noisy = noisy_figures(results)
+    if noisy:
+        load = f" (load average {os.getloadavg()[0]:.1f})" if hasattr(os, "getloadavg") else ""
+        notes.append(
+            f"noisy: {len(noisy)} figure(s) spread by more than {NOISY:.0%} over the repeats"
+            f"{load}: {', '.join(noisy[:6])}{' ...' if len(noisy) > 6 else ''}; re-run on a "
+            "quiet machine"
+        )
+    return notes
+
+
+def noisy_figures(results: list[BenchResult]) -> list[str]:
+    """``runtime@shape`` of every time whose spread over the repeats is above :data:`NOISY`."""
+    out = []
+    for r in results:
+        spreads = dict(r.spread)
+        spreads |= {rt.name: rt.spread for rt in r.runtimes if rt.spread is not None}
+        out += [f"{k}@{shape_label(r.shape)}" for k, v in spreads.items() if v > NOISY]
+    return out
 
 
 def slower_shapes(results: list[BenchResult]) -> list[str]:
@@ -170,25 +304,24 @@ class _VM:
         self.dev = tvm.cpu()
         self.vm = relax.VirtualMachine(ex, self.dev)
         self.called: list[str] = []
-        self.vm.set_instrument(self._instrument)
 
     def _instrument(self, _func: Any, name: Any, before: bool, *_rest: Any) -> int:
         if before:
             self.called.append(str(name))
         return 0
 
-    def run(self, args: list[np.ndarray], repeat: int, min_repeat_ms: int) -> tuple:
+    def first(self, args: list[np.ndarray], min_repeat_ms: int) -> tuple:
+        """Run once (recording the kernels called); returns the outputs, the called kernels
+        and a timer: one repeat per call (at least ``min_repeat_ms``), seconds per run."""
         tvm_args = [tvm.runtime.tensor(a, device=self.dev) for a in args]
         self.called.clear()
-        out = _flatten(self.vm["main"](*tvm_args))
-        called = list(self.called)
-        self.vm.set_instrument(None)  # time without the instrument's overhead
-        timer = self.vm.time_evaluator(
-            "main", self.dev, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms
-        )
-        sec = statistics.median(timer(*tvm_args).results)
         self.vm.set_instrument(self._instrument)
-        return out, sec, called
+        out = _flatten(self.vm["main"](*tvm_args))
+        self.vm.set_instrument(None)  # time without the instrument's overhead
+        evaluator = self.vm.time_evaluator(
+            "main", self.dev, number=1, repeat=1, min_repeat_ms=min_repeat_ms
+        )
+        return out, list(self.called), lambda: float(evaluator(*tvm_args).results[0])
 
 
 def _flatten(out: Any) -> list[np.ndarray]:
@@ -199,19 +332,50 @@ def _flatten(out: Any) -> list[np.ndarray]:
     return [a for item in out for a in _flatten(item)]
 
 
-def _time_call(fn: Callable[..., Any], args: list[np.ndarray], repeat: int) -> float:
-    fn(*args)
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        number = 0
-        while True:
-            fn(*args)
-            number += 1
-            if time.perf_counter() - start > 0.02:
-                break
-        samples.append((time.perf_counter() - start) / number)
-    return statistics.median(samples)
+def _sample(fn: Callable[..., Any], args: list[np.ndarray], min_sec: float) -> float:
+    """One repeat: seconds per call of ``fn(*args)``, looping for at least ``min_sec``."""
+    start, number = time.perf_counter(), 0
+    while True:
+        fn(*args)
+        number += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_sec:
+            return elapsed / number
+
+
+def _wait_quiet(timeout_s: float = 1.0, window_s: float = 0.02, busy: float = 0.1) -> None:
+    """Sleep until this process's threads use less than ``busy`` of a core over ``window_s``:
+    the spinning threads of the runtime timed last (ORT's, TVM's pools, OpenMP's) must not
+    take the cores from the next one (ORT spinning made PyTorch 15x slower here)."""
+    start = cpu_wall = time.perf_counter()
+    cpu = time.process_time()
+    while True:
+        time.sleep(window_s)
+        cpu2, wall2 = time.process_time(), time.perf_counter()
+        if cpu2 - cpu < busy * (wall2 - cpu_wall) or wall2 - start >= timeout_s:
+            return
+        cpu, cpu_wall = cpu2, wall2
+
+
+def _interleave(
+    timers: dict[str, Callable[[], float]], repeat: int
+) -> dict[str, tuple[float, float]]:
+    """(median, spread) of ``repeat`` samples of each timer, taken round-robin (the order
+    rotated every round, the process quiet before each sample) so that a change of load hits
+    every figure alike; spread = (max - min) / median."""
+    names = list(timers)
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(repeat):
+        k = r % len(names) if names else 0
+        for name in names[k:] + names[:k]:
+            if len(names) > 1:
+                _wait_quiet()
+            samples[name].append(timers[name]())
+    out = {}
+    for name, values in samples.items():
+        med = statistics.median(values)
+        out[name] = (med, (max(values) - min(values)) / med if med > 0 else 0.0)
+    return out
 
 
 def _compare(outs: list[np.ndarray], expected: list[np.ndarray]) -> tuple[float, bool]:
@@ -249,6 +413,132 @@ def _variants(report: BuildReport, called: list[str]) -> dict[str, str]:
     return {k.name: ran.get(k.name, "generic") for k in report.kernels if k.symbolic}
 
 
+@dataclass
+class _Other:
+    """Another runtime while bench runs: its runner, or why it cannot run."""
+
+    name: str
+    fn: Callable[..., list[np.ndarray]] | None = None
+    error: str | None = None
+    setup_sec: float | None = None
+    outs: dict[int, list[np.ndarray]] = field(default_factory=dict)
+    warmup: dict[int, float] = field(default_factory=dict)
+    sec: dict[int, tuple[float, float]] = field(default_factory=dict)
+    errors: dict[int, str] = field(default_factory=dict)
+
+
+def _one_line(err: BaseException) -> str:
+    if isinstance(err, TuneFarmError):
+        return str(err).strip().splitlines()[0] if str(err).strip() else "error"
+    from tuner.frontends.torch import root_cause
+
+    return root_cause(err)
+
+
+def _program(model: Model) -> Any:
+    """The exported program of a ``.pt2`` model: the reference's own, else loaded again."""
+    program = getattr(getattr(model.reference, "fn", None), "program", None)
+    if program is not None:
+        return program
+    from tuner.frontends.torch import load_program
+
+    return load_program(model.path)
+
+
+def _prepare(model: Model, names: Sequence[str], threads: int, tmp: str) -> list[_Other]:
+    """A runner for each of ``names`` (compiled lazily: torch.compile compiles at the first
+    call), or the one-line reason it cannot run."""
+    others = []
+    for name in names:
+        other = _Other(name)
+        start = time.perf_counter()
+        try:
+            if model.path.suffix not in _RUNS[name]:
+                raise TuneFarmError(f"runs {' and '.join(_RUNS[name])} models only")
+            if name == "torch.compile":
+                from tuner.frontends.torch import compiled_runner
+
+                other.fn = compiled_runner(_program(model))
+            else:
+                try:
+                    import onnxruntime  # noqa: F401
+                except ImportError:
+                    raise TuneFarmError("not installed: pip install 'tunefarm[ort]'") from None
+                from tuner.frontends.onnx import ort_runner
+
+                path = model.path
+                if model.path.suffix == ".pt2":
+                    from tuner.frontends.torch import export_onnx
+
+                    path = export_onnx(_program(model), Path(tmp) / "model.onnx")
+                other.fn = ort_runner(path, threads)
+            other.setup_sec = time.perf_counter() - start
+        except Exception as err:
+            other.error = _one_line(err)
+        others.append(other)
+    return others
+
+
+def _run_others(
+    reference: Callable[..., list[np.ndarray]] | None,
+    others: list[_Other],
+    runs: list[tuple[dict[str, int], list[np.ndarray]]],
+    repeat: int,
+    min_sec: float,
+) -> list[tuple[list[np.ndarray], float, float] | None]:
+    """Run and time the reference and the other runtimes at each shape, interleaved, before
+    any TVM kernel: per shape the reference's outputs and time (None without a reference);
+    the others' outputs, warm-up and times are kept in them."""
+    refs: list[tuple[list[np.ndarray], float, float] | None] = []
+    for i, (shape, args) in enumerate(runs):
+        timers: dict[str, Callable[[], float]] = {}
+        ref_out = None
+        if reference is not None:
+            ref_out = reference(*args)  # also the warm-up call
+            timers[""] = lambda fn=reference, a=args: _sample(fn, a, min_sec)
+        for other in others:
+            if other.fn is None:
+                continue
+            start = time.perf_counter()
+            try:
+                other.outs[i] = other.fn(*args)
+            except Exception as err:
+                other.errors[i] = _one_line(err)
+                if not other.outs:  # never ran: the same failure at every shape
+                    other.error = f"failed at {shape_label(shape)}: {other.errors[i]}"
+                    other.fn = None
+                continue
+            other.warmup[i] = time.perf_counter() - start
+            timers[other.name] = lambda fn=other.fn, a=args: _sample(fn, a, min_sec)
+        medians = _interleave(timers, repeat)
+        for other in others:
+            if other.name in medians:
+                other.sec[i] = medians[other.name]
+        refs.append((ref_out, *medians[""]) if ref_out is not None else None)
+    return refs
+
+
+def _runtime_result(other: _Other, i: int, expected: list[np.ndarray]) -> RuntimeResult:
+    if i not in other.outs:
+        return RuntimeResult(other.name, error=other.errors.get(i) or other.error)
+    try:
+        max_err, agree = _compare(other.outs[i], expected)
+        error = None
+    except TuneFarmError as err:
+        max_err, agree, error = None, False, str(err)
+    sec, spread = other.sec.get(i, (None, None))
+    return RuntimeResult(
+        other.name,
+        sec=sec,
+        spread=spread,
+        max_abs_err=max_err,
+        agree=agree,
+        warmup_sec=other.warmup.get(i),
+        setup_sec=other.setup_sec,
+        error=error,
+    )
+
+
 def bench(
     model: Model,
     target: tvm.target.Target,
@@ -257,14 +547,22 @@ def bench(
     *,
     repeat: int = 5,
     min_repeat_ms: int = 50,
+    runtimes: Sequence[str] | None = None,
 ) -> list[BenchResult]:
-    """Build untuned and tuned once, then run both (and the model's reference) on the same
-    random inputs at each shape (values of the symbolic variables).
+    """Build untuned and tuned once, then run both, the model's reference and the other
+    runtimes (``runtimes``, default :func:`runtimes_for` the model; ``()`` for none) on the
+    same random inputs at each shape (values of the symbolic variables).
 
     Weights kept as inputs (``model.params``) are passed as they are; only the data inputs
     are random."""
     if target.kind.name != "llvm":
         raise TuneFarmError("tunefarm bench runs locally on the CPU; use an llvm target")
+    names = runtimes_for(model) if runtimes is None else tuple(dict.fromkeys(runtimes))
+    unknown = [n for n in names if n not in RUNTIMES]
+    if unknown:
+        raise TuneFarmError(
+            f"unknown runtime(s) {', '.join(unknown)} (known: {', '.join(RUNTIMES)})"
+        )
     from tuner.buckets import upper_bounds
 
     bounds = upper_bounds(model.mod)
@@ -274,43 +572,219 @@ def bench(
                 raise TuneFarmError(
                     f"{name}={value} exceeds the model's tir_var_upper_bound {bounds[name]}"
                 )
-    # The reference (numpy, PyTorch) is run and timed first, before any TVM kernel: after a
-    # call TVM's pool threads spin (TVM_THREAD_POOL_SPIN_COUNT) and take the cores from
-    # OpenBLAS's and PyTorch's threads (numpy ran 25x slower right after TVM calls).
-    runs = []
-    for shape in shapes or [{}]:
-        args = random_inputs(model.mod["main"], shape, np.random.default_rng(0), model.num_inputs)
-        ref = None
-        if model.reference is not None:
-            ref = (model.reference.fn(*args), _time_call(model.reference.fn, args, repeat))
-        runs.append((shape, args, ref))
+    # One thread count for all: TVM's pool reads TVM_NUM_THREADS at its first use (its own
+    # default on x86 is half the CPUs), torch and ORT are told.
+    threads = bench_threads(target)
+    os.environ.setdefault("TVM_NUM_THREADS", str(threads))
+    if model.path.suffix == ".pt2" or (model.reference and model.reference.name == "pytorch"):
+        import torch
+
+        torch.set_num_threads(threads)
+    runs = [
+        (shape, random_inputs(model.mod["main"], shape, np.random.default_rng(0), model.num_inputs))
+        for shape in shapes or [{}]
+    ]
+    # The reference (numpy, PyTorch) and the other runtimes are run and timed first, before
+    # any TVM kernel: after a call TVM's pool threads spin (TVM_THREAD_POOL_SPIN_COUNT) and
+    # take the cores from OpenBLAS's and PyTorch's threads (numpy ran 25x slower right after
+    # TVM calls).
+    min_sec = min_repeat_ms / 1e3
+    with tempfile.TemporaryDirectory(prefix="tunefarm-bench-") as tmp:
+        others = _prepare(model, names, threads, tmp)
+    reference = model.reference.fn if model.reference is not None else None
+    refs = _run_others(reference, others, runs, repeat, min_sec)
+    for other in others:  # free their sessions and thread pools before TVM runs
+        other.fn = None
     untuned, _ = compile(model.mod, target, None)
     tuned_ex, report = compile(model.mod, target, db)
     untuned_vm, tuned_vm = _VM(untuned), _VM(tuned_ex)
     results = []
-    for shape, args, ref in runs:
+    for i, ((shape, args), ref) in enumerate(zip(runs, refs, strict=True)):
         full = [*args, *model.params]
-        ref_untuned, untuned_sec, _ = untuned_vm.run(full, repeat, min_repeat_ms)
-        outs, tuned_sec, called = tuned_vm.run(full, repeat, min_repeat_ms)
+        ref_untuned, _, untuned_timer = untuned_vm.first(full, min_repeat_ms)
+        outs, called, tuned_timer = tuned_vm.first(full, min_repeat_ms)
+        medians = _interleave({"untuned": untuned_timer, "tuned": tuned_timer}, repeat)
         reference_sec = None
-        reference, expected = "untuned", ref_untuned
+        reference_name, expected = "untuned", ref_untuned
+        spread = {k: v[1] for k, v in medians.items()}
         if model.reference is not None and ref is not None:
-            expected, reference_sec = ref
-            reference = model.reference.name
+            expected, reference_sec, spread["reference"] = ref
+            reference_name = model.reference.name
         max_err, agree = _compare(outs, expected)
         results.append(
             BenchResult(
-                untuned_sec=untuned_sec,
-                tuned_sec=tuned_sec,
-                numpy_sec=reference_sec if reference == "numpy" else None,
+                untuned_sec=medians["untuned"][0],
+                tuned_sec=medians["tuned"][0],
+                numpy_sec=reference_sec if reference_name == "numpy" else None,
                 max_abs_err=max_err,
-                reference=reference,
+                reference=reference_name,
                 agree=agree,
                 tuned_share=report.tuned_share,
                 untuned_kernels=report.untuned,
                 shape=dict(shape),
                 kernels=_variants(report, called),
                 reference_sec=reference_sec,
+                runtimes=tuple(_runtime_result(o, i, expected) for o in others),
+                threads=threads,
+                spread=spread,
             )
         )
     return results
+
+
+def runtimes_table(results: list[BenchResult], title: str) -> Any:
+    """The runtimes side by side at each shape (a rich Table), or None when no other runtime
+    was asked for: TuneFarm tuned and untuned, the reference (PyTorch eager, numpy) and each
+    other runtime with its time and, in parentheses, its time / tuned's time (above 1 the
+    tuned build is faster); an output that does not match the reference is marked MISMATCH."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from tuner.progress import fmt_sec
+
+    if not results or not results[0].runtimes:
+        return None
+    first = results[0]
+    ref = first.reference if first.reference not in ("untuned",) else None
+    names = [r.name for r in first.runtimes]
+    table = Table(
+        title=f"{title}: runtimes side by side, {first.threads} threads each",
+        caption="(N.NNx) = that runtime's time / TuneFarm tuned's time: above 1, tuned is "
+        f"faster; noisy: spread over the repeats above {NOISY:.0%}",
+    )
+    cols = ["shape", "tuned", "untuned", *([_REF_NAMES.get(ref, ref)] if ref else []), *names]
+    for col in cols:
+        table.add_column(col, justify="left" if col == "shape" else "right")
+
+    def ratio(sec: float | None, tuned: float) -> str:
+        return f" ({sec / tuned:.2f}x)" if sec and tuned else ""
+
+    def noisy(spread: float | None) -> str:
+        return " [yellow]noisy[/yellow]" if spread is not None and spread > NOISY else ""
+
+    for r in results:
+        row = [shape_label(r.shape), fmt_sec(r.tuned_sec) + noisy(r.spread.get("tuned"))]
+        row.append(
+            fmt_sec(r.untuned_sec)
+            + ratio(r.untuned_sec, r.tuned_sec)
+            + noisy(r.spread.get("untuned"))
+        )
+        if ref:
+            row.append(
+                fmt_sec(r.reference_sec)
+                + ratio(r.reference_sec, r.tuned_sec)
+                + noisy(r.spread.get("reference"))
+            )
+        for name in names:
+            rt = r.runtime(name)
+            if rt is None or rt.sec is None:
+                row.append("not run")
+                continue
+            cell = escape(fmt_sec(rt.sec) + ratio(rt.sec, r.tuned_sec)) + noisy(rt.spread)
+            row.append(cell + (" [red]MISMATCH[/red]" if rt.agree is False else ""))
+        if not r.agree:
+            row[1] += " [red]MISMATCH[/red]"
+        table.add_row(*row)
+    return table
+
+
+_REF_NAMES = {"pytorch": "pytorch eager"}
+
+
+# ------------------------------------------------------------------ traffic (--shape-profile)
+@dataclass(frozen=True)
+class TrafficStats:
+    """One runtime's latency over a shape profile's traffic: weighted mean, p50 and p99."""
+
+    mean_sec: float
+    p50_sec: float
+    p99_sec: float
+
+
+@dataclass(frozen=True)
+class TrafficSummary:
+    """Latencies weighted by a shape profile: per runtime (``tuned``, ``untuned``, the
+    reference by its name, the other runtimes that ran at every shape) its
+    :class:`TrafficStats`; ``weights`` the share of traffic each benched shape stands for."""
+
+    profile: str
+    weights: tuple[tuple[str, float], ...]
+    stats: dict[str, TrafficStats]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "profile": self.profile,
+            "weights": dict(self.weights),
+            "stats": {k: asdict(v) for k, v in self.stats.items()},
+            "tuned_speedup_mean": (
+                self.stats["untuned"].mean_sec / self.stats["tuned"].mean_sec
+                if "tuned" in self.stats and "untuned" in self.stats
+                else None
+            ),
+        }
+
+
+def weighted_quantile(values: Sequence[float], weights: Sequence[float], q: float) -> float:
+    """The least value with at least ``q`` of the total weight at or below it."""
+    pairs = sorted(zip(values, weights, strict=True))
+    total, acc = sum(weights), 0.0
+    for value, weight in pairs:
+        acc += weight
+        if acc >= q * total - 1e-12:
+            return value
+    return pairs[-1][0]
+
+
+def traffic_summary(
+    results: list[BenchResult], weights: Sequence[float], profile: str
+) -> TrafficSummary:
+    """Traffic-weighted mean, p50 and p99 latency of each runtime over ``results`` (one per
+    benched shape, ``weights[i]`` the share of traffic ``results[i]``'s shape stands for).
+    A runtime missing at some shape (did not run there) is left out."""
+    if len(results) != len(weights) or not results:
+        raise TuneFarmError("traffic summary: one weight per benched shape is needed")
+    series: dict[str, list[float | None]] = {
+        "tuned": [r.tuned_sec for r in results],
+        "untuned": [r.untuned_sec for r in results],
+    }
+    if results[0].reference != "untuned":
+        series[results[0].reference] = [r.reference_sec for r in results]
+    for name in dict.fromkeys(rt.name for r in results for rt in r.runtimes):
+        series[name] = [
+            rt.sec if (rt := r.runtime(name)) is not None and rt.ok else None for r in results
+        ]
+    stats = {}
+    for name, secs in series.items():
+        if any(s is None for s in secs):
+            continue
+        vals = [float(s) for s in secs if s is not None]
+        total = sum(weights)
+        stats[name] = TrafficStats(
+            mean_sec=sum(v * w for v, w in zip(vals, weights, strict=True)) / total,
+            p50_sec=weighted_quantile(vals, weights, 0.50),
+            p99_sec=weighted_quantile(vals, weights, 0.99),
+        )
+    labels = tuple((shape_label(r.shape), float(w)) for r, w in zip(results, weights, strict=True))
+    return TrafficSummary(profile, labels, stats)
+
+
+def traffic_table(summary: TrafficSummary, title: str) -> Any:
+    """The traffic summary as a rich Table: one row per runtime, mean / p50 / p99."""
+    from rich.table import Table
+
+    from tuner.progress import fmt_sec
+
+    table = Table(title=f"{title}: latency over the traffic of {summary.profile}")
+    for col in ("runtime", "mean", "p50", "p99", "mean vs tuned"):
+        table.add_column(col, justify="left" if col == "runtime" else "right")
+    tuned = summary.stats.get("tuned")
+    for name, st in summary.stats.items():
+        ratio = f"{st.mean_sec / tuned.mean_sec:.2f}x" if tuned and tuned.mean_sec else "-"
+        table.add_row(
+            _REF_NAMES.get(name, name),
+            fmt_sec(st.mean_sec),
+            fmt_sec(st.p50_sec),
+            fmt_sec(st.p99_sec),
+            ratio,
+        )
+    return table

@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from database import TuneFarmDatabase
-from tuner import cli_cluster
+from tuner import cli_cluster, cli_plan
 from tuner.cli_common import (
     ArchOpt,
     CompactGroup,
@@ -43,8 +43,8 @@ from tuner.cli_common import (
     ray_address,
     user_errors,
 )
+from tuner.cli_cost_model import cost_model_app
 from tuner.cli_db import db_app
-from tuner.cli_model import model_app
 from tuner.errors import TuneFarmError
 from tuner.progress import fmt_sec
 
@@ -59,8 +59,10 @@ app = typer.Typer(
     cls=CompactGroup,
 )
 app.add_typer(db_app, name="db")
-app.add_typer(model_app, name="model")
+app.add_typer(cost_model_app, name="cost-model")
+app.add_typer(cost_model_app, name="model", hidden=True)  # the old name, for scripts
 cli_cluster.register(app)  # submit, jobs, status, logs, workers
+cli_plan.register(app)  # plan, profile record
 
 
 def _version(value: bool) -> None:
@@ -218,7 +220,7 @@ def build(
     table = Table(title=f"kernels of {model.name}")
     for col in ("kernel", "calls", "schedule", "lookup", "latency", "dispatch"):
         table.add_column(col, justify="right" if col in ("calls", "latency") else "left")
-    styles = {"tuned": "green", "buckets": "green", "untuned": "yellow"}
+    styles = {"tuned": "green", "buckets": "green", "default": "green", "untuned": "yellow"}
     for k in report.kernels:
         table.add_row(
             k.name,
@@ -278,10 +280,22 @@ def bench(
             "default: every kind the cluster has.",
         ),
     ] = None,
+    runtimes: Annotated[
+        str | None,
+        typer.Option(
+            "--runtimes",
+            help="Other runtimes to time beside TuneFarm, NAME[,NAME] (torch.compile, "
+            "onnxruntime) or none; default: those that run the model's format (.pt2: both; "
+            ".onnx: onnxruntime), each reported as not run when not installed.",
+        ),
+    ] = None,
+    shape_profile: cli_plan.ShapeProfileOpt = None,
 ) -> None:
     """Run the untuned build, the tuned build and the model's reference (numpy for TVMScript,
-    PyTorch for .pt2; the untuned build for ONNX); compare time and output. With --address:
-    tuned vs untuned on each device kind of a Ray cluster (--json - prints JSON)."""
+    PyTorch for .pt2; the untuned build for ONNX); compare time and output. For .pt2 and .onnx
+    models also torch.compile and ONNX Runtime (when installed), side by side on the same
+    threads. With --address: tuned vs untuned on each device kind of a Ray cluster (--json -
+    prints JSON)."""
     import itertools
 
     check_model_file(model)
@@ -297,30 +311,60 @@ def bench(
                 "use --devices cpu,cuda,arm64 instead of --target/--arch"
             )
 
+        if shape_profile is not None:
+            raise TuneFarmError("--shape-profile benches locally; drop --address/--devices")
         bench_cluster(model, address, devices, db, shape, json_out, entry, keep_params)
         return
+    if shape_profile is not None and shape:
+        raise TuneFarmError("give --shape or --shape-profile, not both")
 
+    from tuner.bench import RUNTIMES, runtime_notes, runtimes_table, slower_note, sweep_values
     from tuner.bench import bench as run_bench
-    from tuner.bench import slower_note, sweep_values
     from tuner.buckets import choose_buckets, parse_shape_options, upper_bounds
     from tuner.model import load_model
     from tuner.targets import resolve_target
 
+    others = None
+    if runtimes is not None:
+        others = [n.strip() for n in runtimes.split(",") if n.strip() and n.strip() != "none"]
+        unknown = [n for n in others if n not in RUNTIMES]
+        if unknown:
+            raise TuneFarmError(
+                f"--runtimes: unknown runtime(s) {', '.join(unknown)} "
+                f"(known: {', '.join(RUNTIMES)}, or none)"
+            )
     tgt = resolve_target(target, arch)
     given = parse_shape_options(shape or [])
     storage = open_storage(db, create=False)
     loaded = load_model(model, entry, keep_params=keep_params)
-    bounds = upper_bounds(loaded.mod)
-    values = {
-        name: given.get(name) or sweep_values(buckets, bounds.get(name))
-        for name, buckets in choose_buckets(loaded.mod, given, loaded.shape_vars).items()
-    }
-    shapes = [
-        dict(zip(values, combo, strict=True)) for combo in itertools.product(*values.values())
-    ]
-    results = run_bench(loaded, tgt, TuneFarmDatabase(storage), shapes)
+    traffic = weights = None
+    if shape_profile is not None:
+        from tuner.buckets import symbolic_vars
+
+        profile = cli_plan.load_checked_profile(shape_profile, loaded.mod)
+        profile.require(symbolic_vars(loaded.mod))
+        picked = profile.representatives()
+        shapes = [{n: s[n] for n in symbolic_vars(loaded.mod)} for s, _ in picked]
+        weights = [w for _, w in picked]
+    else:
+        bounds = upper_bounds(loaded.mod)
+        values = {
+            name: given.get(name) or sweep_values(buckets, bounds.get(name))
+            for name, buckets in choose_buckets(loaded.mod, given, loaded.shape_vars).items()
+        }
+        shapes = [
+            dict(zip(values, combo, strict=True)) for combo in itertools.product(*values.values())
+        ]
+    results = run_bench(loaded, tgt, TuneFarmDatabase(storage), shapes, runtimes=others)
+    if weights is not None:
+        from tuner.bench import traffic_summary
+
+        traffic = traffic_summary(results, weights, f"{shape_profile} ({profile.describe()})")
     if to_stdout:
-        print(json.dumps({"results": [r.to_dict() for r in results]}, indent=2))
+        out = {"results": [r.to_dict() for r in results]}
+        if traffic is not None:
+            out["traffic"] = traffic.to_dict()
+        print(json.dumps(out, indent=2))
         if not all(r.agree for r in results):
             raise typer.Exit(2)
         return
@@ -350,14 +394,26 @@ def bench(
     note = slower_note(results)
     if note:
         console.print(f"[red]{escape(note)}[/red]")
+    side = runtimes_table(results, model.name)
+    if side is not None:
+        console.print(side)
+    for line in runtime_notes(results):
+        console.print(escape(line), style="red" if "MISMATCH" in line else None)
     res = results[0]
     console.print(
         f"outputs checked against the {res.reference} reference; "
         f"{res.tuned_share:.0%} of kernel calls tuned"
         + (f" (untuned: {', '.join(res.untuned_kernels)})" if res.untuned_kernels else "")
     )
+    if traffic is not None:
+        from tuner.bench import traffic_table
+
+        console.print(traffic_table(traffic, model.name))
     if json_out is not None:  # a checked file path (- returned above)
-        json_out.write_text(json.dumps({"results": [r.to_dict() for r in results]}, indent=2))
+        out = {"results": [r.to_dict() for r in results]}
+        if traffic is not None:
+            out["traffic"] = traffic.to_dict()
+        json_out.write_text(json.dumps(out, indent=2))
     if not all(r.agree for r in results):
         raise typer.Exit(2)
 

@@ -52,6 +52,10 @@ class TuneConfig:
     # seed each bucket's search with the refitted best schedules of its other buckets
     # (database.transfer; opt-in: two benchmark seeds were inconclusive)
     transfer: bool = False
+    # a planned split (tuner.planner): task name -> the records it should have after the
+    # job; each listed task is searched on its own up to its count (None: the gradient
+    # scheduler shares the budget)
+    task_trials: tuple[tuple[str, int], ...] | None = None
 
     def __post_init__(self) -> None:
         check_name(self.cost_model)
@@ -135,6 +139,8 @@ class JobRecorder(PyMeasureCallback):
         self.trials_before = trials_before  # recorded before the search started
         self.measured = 0
         self.resumed = 0
+        # the scheduler's task ids -> indexes of ``tasks`` (a search over a subset of them)
+        self.index: list[int] | None = None
 
     def apply(
         self,
@@ -144,6 +150,7 @@ class JobRecorder(PyMeasureCallback):
         builder_results: list[Any],
         runner_results: list[Any],
     ) -> None:
+        task_id = self.index[task_id] if self.index is not None else task_id
         workload = self.db.commit_workload(self.tasks[task_id].mod)
         state = self.states[task_id]
         measured_before = self.measured
@@ -424,6 +431,10 @@ def _search(
         warm=config.warm_start,
     )
     log.info("cost model %s: %s", config.cost_model, note)
+    if config.task_trials is not None:
+        _search_split(tasks, contexts, db, builder, runner, recorder, config, budget, cost_model)
+        _store_features(cost_model, db, target)
+        return
     with tempfile.TemporaryDirectory(prefix="tunefarm-") as work_dir:
         ms.tune.tune_tasks(
             tasks=contexts,
@@ -438,8 +449,52 @@ def _search(
             measure_callbacks=[recorder, ms.measure_callback.UpdateCostModel()],
             task_scheduler=ms.TaskScheduler.create("gradient"),
         )
+    _store_features(cost_model, db, target)
+
+
+def _store_features(cost_model: Any, db: TuneFarmDatabase, target: tvm.target.Target) -> None:
     if hasattr(cost_model, "store_features"):  # ours: cache its features of the job's records
         cost_model.store_features(db.storage, target)  # for the next warm start (best effort)
+
+
+def _search_split(
+    tasks: list[Task],
+    contexts: list[Any],
+    db: TuneFarmDatabase,
+    builder: RayBuilder,
+    runner: RayRunner,
+    recorder: JobRecorder,
+    config: TuneConfig,
+    budget: TrialBudget,
+    cost_model: Any,
+) -> None:
+    """The search of a planned split (``config.task_trials``): each listed task on its own,
+    up to the records it should have, one after the other with the job's cost model; tasks
+    the split does not list get no search (their default schedule is measured)."""
+    want = dict(config.task_trials or ())
+    for i, task in enumerate(tasks):
+        recorded = db.count_records(task.mod, recorder.target)
+        left = min(want.get(task.name, 0) - recorded, budget.left)
+        if left <= 0:
+            continue
+        recorder.index = [i]
+        try:
+            with tempfile.TemporaryDirectory(prefix="tunefarm-") as work_dir:
+                ms.tune.tune_tasks(
+                    tasks=[contexts[i]],
+                    task_weights=[float(task.weight)],
+                    work_dir=work_dir,
+                    max_trials_global=left,
+                    num_trials_per_iter=trials_per_round(config.trials_per_iter, left, 1),
+                    builder=builder,
+                    runner=runner,
+                    database=db,
+                    cost_model=cost_model,
+                    measure_callbacks=[recorder, ms.measure_callback.UpdateCostModel()],
+                    task_scheduler=ms.TaskScheduler.create("gradient"),
+                )
+        finally:
+            recorder.index = None
 
 
 def trials_per_round(cap: int, remaining: int, n_tasks: int) -> int:

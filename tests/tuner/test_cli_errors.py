@@ -205,7 +205,7 @@ def test_arm64_and_x86_generic_have_distinct_arch_keys(sqlite_url: str) -> None:
         args_info=ms.arg_info.ArgInfo.from_prim_func(mod["main"]),
     )
     db.commit_tuning_record(record)
-    result = runner.invoke(app, ["model", "train", "-t", "arm64", "--db", sqlite_url])
+    result = runner.invoke(app, ["cost-model", "train", "-t", "arm64", "--db", sqlite_url])
     one_line_error(result, "no valid tuning records for target llvm/aarch64:generic")
 
 
@@ -330,7 +330,7 @@ def test_json_everywhere_and_one_meaning_per_short_flag(empty_db: str, tmp_path:
 
     for command in (
         ["build"],
-        ["model", "list"],
+        ["cost-model", "list"],
         ["db", "import"],
         ["db", "merge"],
         ["db", "prune"],
@@ -341,7 +341,7 @@ def test_json_everywhere_and_one_meaning_per_short_flag(empty_db: str, tmp_path:
     for command in ("logs", "submit"):
         help_text = runner.invoke(app, [command, "--help"]).output
         assert "--follow" in help_text and "-f" in help_text
-    result = runner.invoke(app, ["model", "list", "--json", "--db", empty_db])
+    result = runner.invoke(app, ["cost-model", "list", "--json", "--db", empty_db])
     assert result.exit_code == 0 and json.loads(result.stdout) == []
     other = empty_db.replace("tf.db", "other.db")
     Storage(other).dispose()

@@ -3,13 +3,16 @@
 Symbolic dims come from the graph inputs' ``dim_param`` names: a name that is not an identifier
 is made one (``seq.len`` -> ``seq_len``) so ``--shape`` can name it; a dim with neither a value
 nor a name gets a fresh variable from TVM. TuneFarm does not need onnxruntime: ``bench`` checks
-the tuned build against the untuned TVM build of the same import.
+the tuned build against the untuned TVM build of the same import, and times ONNX Runtime beside
+it when the ``ort`` extra is installed (:func:`ort_runner`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import tvm
 from tvm import relax
 
@@ -60,3 +63,29 @@ def _dim_names(mod: tvm.IRModule) -> list[str]:
             for dim in ty.shape.values:
                 names += [v.name for v in tvm.tirx.analysis.undefined_vars(dim)]
     return names
+
+
+def ort_runner(path: Path, threads: int) -> Callable[..., list[np.ndarray]]:
+    """An ONNX Runtime session on ``path`` (CPU execution provider, ``threads`` intra-op
+    threads, one inter-op thread); ``run(*inputs)`` feeds the graph's inputs in order (the data
+    inputs: weights are initializers) and returns every output."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise TuneFarmError("not installed: pip install 'tunefarm[ort]'") from None
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.log_severity_level = 3  # errors only
+    try:
+        session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    except Exception as err:
+        raise TuneFarmError(f"ONNX Runtime cannot load the model: {first_line(err)}") from None
+    names = [i.name for i in session.get_inputs()]
+
+    def run(*inputs: np.ndarray) -> list[np.ndarray]:
+        feed = {n: np.ascontiguousarray(a) for n, a in zip(names, inputs, strict=False)}
+        return [np.asarray(o) for o in session.run(None, feed)]
+
+    return run

@@ -205,18 +205,92 @@ def _node_of(mod: Any, var: str, var_nodes: Mapping[str, Any]) -> Any:
     return None
 
 
-def _runner(ep: Any) -> Callable[..., list[np.ndarray]]:
+class ProgramRunner:
+    """Runs an exported program with PyTorch (eager) on numpy inputs: a model's reference.
+    ``program`` is the ``torch.export.ExportedProgram`` itself, from which ``bench`` makes the
+    other runtimes (:func:`compiled_runner`, :func:`export_onnx`)."""
+
+    def __init__(self, program: Any) -> None:
+        import torch
+
+        self.program = program
+        self.module = program.module()
+        threads = os.environ.get("TVM_NUM_THREADS", "")
+        if threads.isdigit() and int(threads) > 0:  # time PyTorch on as many threads as TVM
+            torch.set_num_threads(int(threads))
+
+    def __call__(self, *inputs: np.ndarray) -> list[np.ndarray]:
+        return _run_module(self.module, inputs)
+
+
+def _run_module(module: Any, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     import torch
     from torch.utils._pytree import tree_leaves
 
-    module = ep.module()
-    threads = os.environ.get("TVM_NUM_THREADS", "")
-    if threads.isdigit() and int(threads) > 0:  # time PyTorch on as many threads as TVM
-        torch.set_num_threads(int(threads))
+    with torch.no_grad(), quiet():
+        out = module(*(torch.from_numpy(np.ascontiguousarray(a)) for a in inputs))
+    return [t.detach().numpy() for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+
+
+def _runner(ep: Any) -> Callable[..., list[np.ndarray]]:
+    return ProgramRunner(ep)
+
+
+def load_program(path: Path) -> Any:
+    """The ``torch.export.ExportedProgram`` of a ``.pt2`` file (one-line errors)."""
+    torch = require("torch", "torch", ".pt2")
+    return _load_program(torch, path, {DIMS_FILE: ""})
+
+
+def compiled_runner(program: Any) -> Callable[..., list[np.ndarray]]:
+    """The exported program's module under ``torch.compile`` (inductor, ``dynamic=True``, on
+    the CPU). Compilation happens at the first call at each new shape (a recompilation where
+    torch specializes, e.g. a dim of 1): time the calls after it."""
+    import torch
+
+    module = torch.compile(program.module(), backend="inductor", dynamic=True)
 
     def run(*inputs: np.ndarray) -> list[np.ndarray]:
-        with torch.no_grad(), quiet():
-            out = module(*(torch.from_numpy(np.ascontiguousarray(a)) for a in inputs))
-        return [t.detach().numpy() for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+        return _run_module(module, inputs)
 
     return run
+
+
+def export_onnx(program: Any, path: Path) -> Path:
+    """``torch.onnx.export`` of the exported program (the dynamo exporter, which keeps its
+    dynamic dims symbolic) into ``path`` (weights in ``path``.data beside it). A failure is one
+    line naming torch's own root cause (the operator it has no ONNX function for)."""
+    import contextlib
+    import io
+
+    import torch
+
+    try:
+        import onnxscript  # noqa: F401  (torch.onnx's dynamo exporter needs it)
+    except ImportError:
+        raise TuneFarmError(
+            "torch.onnx.export needs onnxscript: pip install 'tunefarm[ort]'"
+        ) from None
+    try:
+        with quiet(), contextlib.redirect_stdout(io.StringIO()):
+            torch.onnx.export(program, (), str(path), dynamo=True, verbose=False)
+    except Exception as err:
+        raise TuneFarmError(f"torch.onnx.export failed: {root_cause(err)}") from None
+    return path
+
+
+def root_cause(err: BaseException) -> str:
+    """``Type: first line`` of the innermost exception ``err`` was raised from (torch's
+    exporters wrap the real error in pages of advice), ANSI colours removed."""
+    seen = {id(err)}
+    while True:
+        inner = err.__cause__ or err.__context__
+        if inner is None or id(inner) in seen:
+            break
+        seen.add(id(inner))
+        err = inner
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(err)).strip()
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    if len(line) > 240:
+        line = line[:237] + "..."
+    return f"{type(err).__name__}: {line}" if line else type(err).__name__

@@ -209,14 +209,18 @@ def test_model_cli(cm_db, tmp_path) -> None:
     path = tmp_path / "cli.db"
     copy_sqlite(cm_db.path, path)
     url = f"sqlite:///{path}"
-    res = runner.invoke(app, ["model", "list", "--db", url])
+    res = runner.invoke(app, ["cost-model", "list", "--db", url])
     assert res.exit_code == 0 and "no cost-model snapshots" in res.output
-    res = runner.invoke(app, ["model", "train", "--db", url])
+    res = runner.invoke(app, ["cost-model", "train", "--db", url])
     assert res.exit_code == 0, res.output
     assert "snapshot #1: trained on" in res.output
-    res = runner.invoke(app, ["model", "list", "--db", url, "--target", "llvm"])
+    res = runner.invoke(app, ["cost-model", "list", "--db", url, "--target", "llvm"])
     assert res.exit_code == 0 and "llvm/" in res.output
-    res = runner.invoke(app, ["model", "eval", "--db", url, "--json"])
+    old_name = runner.invoke(app, ["model", "list", "--db", url, "--target", "llvm"])
+    assert old_name.exit_code == 0 and old_name.output == res.output  # hidden alias
+    top = runner.invoke(app, ["--help"]).output
+    assert "│ cost-model " in top and "│ model " not in top
+    res = runner.invoke(app, ["cost-model", "eval", "--db", url, "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
     assert set(out) == {"tunefarm", "stock_xgb", "random"}
@@ -226,9 +230,9 @@ def test_model_cli(cm_db, tmp_path) -> None:
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["model", "eval"], "no valid tuning records for target llvm/"),
-        (["model", "train", "--target", "cuda", "--arch", "sm_90"], "target cuda/sm_90"),
-        (["model", "eval", "--test-frac", "2"], "--test-frac must be between 0 and 1"),
+        (["cost-model", "eval"], "no valid tuning records for target llvm/"),
+        (["cost-model", "train", "--target", "cuda", "--arch", "sm_90"], "target cuda/sm_90"),
+        (["cost-model", "eval", "--test-frac", "2"], "--test-frac must be between 0 and 1"),
         (
             ["tune", str(TINY), "--cost-model", "gbdt"],
             "unknown cost model 'gbdt'; valid: tunefarm, xgb, random",
@@ -248,14 +252,16 @@ def _first_batch(url: str, job_id: int) -> list[float]:
     query = select(RecordRow.trace_json, RecordRow.mean_sec).where(RecordRow.job_id == job_id)
     rows = Storage(url, create=False).run(lambda s: list(s.execute(query.order_by(RecordRow.id))))
     searched = [sec for trace, sec in rows if json.loads(trace)[0]]  # not the default schedule
-    return [s if s is not None else float("inf") for s in searched[:8]]
+    return [s if s is not None else float("inf") for s in searched[:16]]
 
 
 @pytest.mark.slow
 @pytest.mark.ray
 def test_warm_job_proposes_better_first_batch(cm_db, llvm_target, tmp_path) -> None:
-    """A job on a bucket the team's model was trained on: its first 8 proposals, measured,
-    beat the first 8 of a cold job (same seed, same budget, fresh databases)."""
+    """A job on a bucket the team's model was trained on: its first 16 proposals, measured,
+    beat the first 16 of a cold job (same seed, same budget, fresh databases). (A batch of 8
+    was too small a sample: one CI run's medians came out 33.9 us warm against 32.3 cold,
+    with the warm batch's best at 14 us.)"""
     key = TargetKey.of(llvm_target)
     trained = base_model(Storage(cm_db.url), key, PARAMS)
     assert trained.booster is not None
@@ -277,8 +283,8 @@ def test_warm_job_proposes_better_first_batch(cm_db, llvm_target, tmp_path) -> N
                 trained_on={"max_id": 0, "count": 48},
             )
         config = TuneConfig(
-            trials=9,
-            trials_per_iter=8,
+            trials=17,
+            trials_per_iter=16,
             seed=3,
             measure=MeasureConfig(min_repeat_ms=5, repeat=2),
             cost_model=cost_model,
@@ -286,5 +292,5 @@ def test_warm_job_proposes_better_first_batch(cm_db, llvm_target, tmp_path) -> N
         summary = tune(model.mod, llvm_target, storage, config, buckets={"n": [32]})
         batches[name] = _first_batch(url, summary.job_id)
     cold, warm = batches["cold"], batches["warm"]
-    assert len(cold) == len(warm) == 8
+    assert len(cold) == len(warm) == 16
     assert np.median(warm) < np.median(cold), batches

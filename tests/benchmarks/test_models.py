@@ -1,0 +1,58 @@
+"""The models section (``python -m benchmarks models``, ``make bench``'s ``models`` part): one row
+per model and shape with every runtime's figures, rendered in the performance report."""
+
+from __future__ import annotations
+
+from benchmarks.models import MODELS, SUITE_MODELS, row_of
+from benchmarks.report import render
+from tuner.bench import BenchResult, RuntimeResult
+
+
+def _bench_json(error: str | None) -> dict:
+    ort = (
+        RuntimeResult("onnxruntime", error=error)
+        if error
+        else RuntimeResult("onnxruntime", sec=4e-4, max_abs_err=1e-6, agree=True, setup_sec=3.0)
+    )
+    return BenchResult(
+        untuned_sec=2e-3,
+        tuned_sec=5e-4,
+        numpy_sec=None,
+        max_abs_err=1e-6,
+        reference="pytorch",
+        agree=True,
+        tuned_share=1.0,
+        untuned_kernels=[],
+        shape={"s": 16},
+        kernels={},
+        reference_sec=1e-3,
+        runtimes=(
+            RuntimeResult("torch.compile", sec=8e-4, max_abs_err=2e-6, agree=False, warmup_sec=9.5),
+            ort,
+        ),
+        threads=2,
+    ).to_dict()
+
+
+def test_rows_carry_every_runtime_and_render_in_the_report() -> None:
+    row = row_of("examples/transformer_encoder.pt2", 60.0, _bench_json(None))
+    assert row["shape"] == "s=16" and row["reference"] == "pytorch"
+    assert row["tuned_ms"] == 0.5 and row["reference_ms"] == 1.0
+    assert row["torch.compile_ms"] == 0.8 and row["onnxruntime_ms"] == 0.4
+    assert row["tuned_vs_torch.compile"] == 1.6 and row["tuned_vs_onnxruntime"] == 0.8
+    assert row["torch.compile_warmup_sec"] == 9.5
+    assert row["notes"] == "torch.compile: MISMATCH (max err 2e-06)"
+    assert len(row) <= 16  # the report's generic tables show 16 columns
+    failed = row_of("m.pt2", 1.0, _bench_json("not installed: pip install 'tunefarm[ort]'"))
+    assert failed["onnxruntime_ms"] is None and failed["tuned_vs_onnxruntime"] is None
+    assert "onnxruntime: not installed" in failed["notes"]
+    part = {"source": "benchmarks.models", "data": {"threads": 2, "rows": [row, failed]}}
+    text = render({"models": part}, {})
+    assert "## Models: TuneFarm vs PyTorch eager, torch.compile, ONNX Runtime" in text
+    assert "torch.compile_ms" in text and "tuned_vs_onnxruntime" in text
+    assert "onnxruntime: not installed" in text
+
+
+def test_suite_models_are_known() -> None:
+    assert set(SUITE_MODELS) <= set(MODELS)
+    assert all(MODELS[m].get("bench") for m in SUITE_MODELS)

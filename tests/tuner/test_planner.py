@@ -1,0 +1,171 @@
+"""Issue 19: the bucket planner, the planned trial split in the job, bench over a profile.
+
+Real TVM models, real SQLite files; one real (tiny) tune on a local Ray."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from database import Storage, TuneFarmDatabase
+from tests.cli_assert import one_line_error
+from tuner.bench import BenchResult, traffic_summary, weighted_quantile
+from tuner.buckets import bucket_tasks
+from tuner.cli import app
+from tuner.dispatch import BucketKernel, PadBuffer, choose_intervals
+from tuner.errors import TuneFarmError
+from tuner.model import load_model
+from tuner.planner import GainCurve, Planner, _pick
+from tuner.profile import ShapeProfile
+
+runner = CliRunner()
+MLP = Path(__file__).parents[2] / "examples" / "mlp_dynamic.py"
+
+ROWS = '''"""x[n, 64] @ w[64, 64], relu: one symbolic kernel (n <= 64)."""
+import numpy as np
+from tvm.script import ir as I
+from tvm.script import relax as R
+
+
+@I.ir_module
+class Module:
+    @R.function
+    def main(x: R.Tensor(("n", 64), "float32"), w: R.Tensor((64, 64), "float32")):
+        R.func_attr({"tir_var_upper_bound": {"n": 64}})
+        with R.dataflow():
+            y = R.nn.relu(R.matmul(x, w))
+            R.output(y)
+        return y
+
+
+def numpy_reference(x, w):
+    return np.maximum(x @ w, 0.0)
+'''
+
+
+def test_pick_is_the_dispatch_rules_choice() -> None:
+    kernels = [
+        BucketKernel(4, 4, "k4", "", 9e-6),
+        BucketKernel(4, 4, "k4s", "", 9e-6, static=True),
+        BucketKernel(24, 8, "k24", "", 30e-6),
+        BucketKernel(24, 24, "k24s", "", 28e-6, static=True),
+        BucketKernel(64, 16, "k64", "", 70e-6),
+    ]
+    buffers = (PadBuffer(64, 1), PadBuffer(64, 1, output=True))
+    for generic in ([], [(4, 20e-6), (24, 90e-6), (64, 400e-6)], [(24, 30e-6)]):
+        for degree in (1, 2):
+            intervals = choose_intervals(tuple(kernels), tuple(generic), degree, buffers)
+            lo = 1
+            for upper, bk in intervals:
+                for v in range(lo, upper + 1):
+                    assert _pick(kernels, generic, degree, buffers, v) is bk, (generic, degree, v)
+                lo = upper + 1
+
+
+def test_gain_curve() -> None:
+    c = GainCurve(0.1, 4.0, "test")
+    assert c.ratio(0) == 1.0 and c.ratio(1) == 1.0
+    assert 0.1 < c.ratio(8) < c.ratio(4) < 1.0 and abs(c.ratio(1000) - 0.1) < 1e-9
+
+
+def _result(n: int, tuned: float, untuned: float, ref: float) -> BenchResult:
+    return BenchResult(
+        untuned_sec=untuned,
+        tuned_sec=tuned,
+        numpy_sec=ref,
+        max_abs_err=0.0,
+        reference="numpy",
+        agree=True,
+        tuned_share=1.0,
+        untuned_kernels=[],
+        shape={"n": n},
+        kernels={},
+        reference_sec=ref,
+    )
+
+
+def test_traffic_weighted_mean_and_percentiles() -> None:
+    assert weighted_quantile([3.0, 1.0, 2.0], [0.2, 0.5, 0.3], 0.5) == 1.0
+    assert weighted_quantile([3.0, 1.0, 2.0], [0.2, 0.5, 0.3], 0.99) == 3.0
+    results = [_result(1, 1e-6, 4e-6, 2e-6), _result(8, 5e-6, 40e-6, 6e-6)]
+    summary = traffic_summary(results, [0.9, 0.1], "p")
+    tuned = summary.stats["tuned"]
+    assert tuned.mean_sec == pytest.approx(0.9 * 1e-6 + 0.1 * 5e-6)
+    assert tuned.p50_sec == 1e-6 and tuned.p99_sec == 5e-6
+    assert set(summary.stats) == {"tuned", "untuned", "numpy"}
+    assert summary.to_dict()["tuned_speedup_mean"] == pytest.approx(
+        (0.9 * 4e-6 + 0.1 * 40e-6) / (0.9 * 1e-6 + 0.1 * 5e-6)
+    )
+    with pytest.raises(TuneFarmError):
+        traffic_summary(results, [1.0], "p")
+
+
+def test_plan_from_priors_respects_the_budget(tmp_path: Path, llvm_target) -> None:
+    model = load_model(MLP)
+    db = TuneFarmDatabase(Storage(f"sqlite:///{tmp_path / 'empty.db'}"))
+    narrow = ShapeProfile(("b",), tuple(((v,), 100) for v in range(20, 41)))
+    planner = Planner(model.mod, llvm_target, db, narrow, model.shape_vars)
+    plan = planner.plan(24)
+    assert len(plan.buckets) >= 1 and plan.trials <= 24
+    assert all(t.trials >= 1 for t in plan.tasks)
+    names = {bt.task.name for bt in bucket_tasks(model.mod, llvm_target, {"b": list(plan.buckets)})}
+    assert {t.name for t in plan.tasks} == names  # the job's own task names
+    assert plan.after_sec < plan.before_sec == plan.untuned_sec  # nothing recorded yet
+    assert sum(r.share for r in plan.rows) == pytest.approx(1.0)
+    # the traffic is at 20..40: some bucket covers it, none far below it serves it
+    assert any(20 <= b <= 64 for b in plan.buckets)
+    with pytest.raises(TuneFarmError, match="cannot measure even the default schedules"):
+        planner.plan(1)
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_plan_tune_replan_and_bench_over_the_profile(tmp_path: Path) -> None:
+    model = tmp_path / "rows.py"
+    model.write_text(ROWS)
+    profile = tmp_path / "traffic.csv"
+    profile.write_text("var,value,count\nn,3,50\nn,20,900\nn,24,600\nn,30,300\nn,60,20\n")
+    url = f"sqlite:///{tmp_path / 'plan.db'}"
+    args = ["plan", str(model), "--shape-profile", str(profile), "--db", url]
+    result = runner.invoke(app, [*args, "--trials", "10", "--tune", "--seed", "0", "--json"])
+    assert result.exit_code == 0, result.output
+    decoder = json.JSONDecoder()
+    text = result.output[result.output.index("{") :]
+    first, end = decoder.raw_decode(text)
+    job = json.loads(text[end:].strip()[text[end:].strip().index("{") :])
+    planned = {t["name"]: t["trials"] for t in first["tasks"]}
+    assert sum(planned.values()) <= 10
+    # the job stored exactly what the plan split per task
+    stored = {t["name"]: t["trials"] for t in job["tasks"]}
+    assert stored == planned
+    # re-planning reads the new measurements: measured bests, the records counted
+    again = runner.invoke(app, [*args, "--trials", "20", "--json"])
+    assert again.exit_code == 0, again.output
+    second = json.loads(again.output)
+    assert second["before_sec"] < second["untuned_sec"]
+    for t in second["tasks"]:
+        if t["name"] in planned:
+            assert t["recorded"] == planned[t["name"]] and t["before_sec"] is not None
+            assert t["trials"] >= t["recorded"]
+    # bench over the profile: traffic-weighted tuned, untuned and numpy
+    bench = runner.invoke(
+        app, ["bench", str(model), "--shape-profile", str(profile), "--db", url, "--json", "-"]
+    )
+    assert bench.exit_code == 0, bench.output
+    data = json.loads(bench.output)
+    assert [r["shape"]["n"] for r in data["results"]] == [3, 20, 24, 30, 60]
+    stats = data["traffic"]["stats"]
+    assert set(stats) == {"tuned", "untuned", "numpy"}
+    weights = list(data["traffic"]["weights"].values())
+    mean = sum(w * r["tuned_sec"] for w, r in zip(weights, data["results"], strict=True))
+    assert stats["tuned"]["mean_sec"] == pytest.approx(mean)
+    one_line_error(
+        runner.invoke(
+            app,
+            ["bench", str(model), "--shape-profile", str(profile), "--shape", "n=3", "--db", url],
+        ),
+        "not both",
+    )

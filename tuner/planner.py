@@ -1,0 +1,808 @@
+"""Buckets from traffic: choose the bucket set and the trial split that minimise the expected
+latency of the whole model over a shape profile (``tunefarm plan``).
+
+The model (documented in docs/symbolic-shapes.md, "Buckets from traffic"):
+
+- **Latency at a value** ``v`` is the sum over the model's kernels of ``calls x time``. A
+  symbolic kernel's time at ``v`` is what the build's dispatch rule (:mod:`tuner.dispatch`)
+  would run there: its own cost model (:meth:`BucketKernel.cost` with the padding overhead,
+  :data:`GENERIC_MARGIN`, :attr:`KernelDispatch.above`) applied to *predicted* bucket
+  kernels, a static and a range kernel per bucket. The generic kernel's time at ``v`` is the
+  untuned default's, scaled as the rule scales it (the least over buckets ``B >= v`` of
+  ``default(B) * (v / B) ** d``). Kernels the rule never dispatches (several variables, no
+  pad value) cost their generic time whatever the buckets.
+- **A task's time after t trials** (``t`` counts every record of the task, its default
+  schedule included) follows a saturating curve, ``default * rho(t)`` with
+  ``rho(t) = floor + (1 - floor) * exp(-(t - 1) / tau)`` (``rho(0) = 1``: untuned). A task
+  with records is anchored to its measured best: ``best * rho(t) / rho(recorded)``. ``tau``
+  is fitted (least squares over a grid) to the database's own tuning histories (best so far
+  / default, record by record, per workload), ``floor`` per kernel family from the family's
+  histories at other buckets, else the median over all histories, else the priors
+  :data:`PRIOR_FLOOR` and :data:`PRIOR_TAU`. A default not measured at a bucket is the
+  family's nearest measured default scaled by FLOPs (else by ``(B / B') ** d``), else FLOPs
+  at :data:`PRIOR_GFLOPS`.
+- **Expected latency** is the traffic-weighted mean over the profile's values (at most
+  :data:`MAX_VALUES` representatives, :meth:`ShapeProfile.representatives`).
+- **Search.** Candidate buckets: the profile's quantiles rounded up to a tileable value
+  (a power of two up to 8, else a multiple of 8), the buckets the database already has, and
+  powers of two over the profile's range (at most :data:`MAX_CANDIDATES`). Bucket sets grow
+  greedily (the candidate that lowers the expected latency most, up to :data:`MAX_BUCKETS`),
+  then single swaps are tried until none helps. For each set the trials are split greedily:
+  every task gets its default schedule (one trial) or keeps its records, then each further
+  trial goes to the task whose predicted time, weighted by the traffic its kernel serves
+  (calls x share x work scale), drops most; twice, the second time with the dispatch
+  re-derived from the first split's predicted times.
+
+Limits: one symbolic variable per model (the dispatch itself serves kernels of one variable);
+the curve is per family, not per bucket; VM and dispatch overheads outside the kernels are
+not modelled (:func:`Plan.predicted` is kernel time).
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import tvm
+
+from database import TuneFarmDatabase, shash_of
+from tuner.buckets import bucket_tasks, choose_buckets, symbolic_vars, upper_bounds
+from tuner.dispatch import GENERIC_MARGIN, BucketKernel, KernelDispatch, PadBuffer, pad_buffers
+from tuner.errors import TuneFarmError
+from tuner.pipeline import extract_tasks, prepare
+from tuner.profile import ShapeProfile
+
+PRIOR_FLOOR = 0.2  # without histories: tuning ends at 5x faster than the default schedule
+# ... unless the kernel's roofline says otherwise: a kernel of no family with histories ends
+# at max(FLOPs at this rate, bytes at PRIOR_BYTES_PER_SEC) (the examples' tuned matmuls ran
+# at 200-230 GFLOPS on the 2-core VM; half of that)
+PRIOR_TUNED_GFLOPS = 100.0
+PRIOR_TAU = 8.0  # ... reaching 63% of that gain in 8 trials
+PRIOR_GFLOPS = 2.0  # an untuned default's throughput when no default was ever measured
+PRIOR_MIN_SEC = 2e-6  # ... plus this per call
+# No kernel, tuned or not, runs faster than reading and writing its buffers once at this
+# rate (a roofline floor: an x[1, 256] @ W[256, 512] streams its 512 KB weight whatever the
+# schedule; measured on the 2-core VM, the MLP's b=1 kernels ran at about 30 GB/s).
+PRIOR_BYTES_PER_SEC = 20e9
+MAX_CANDIDATES = 10
+MAX_BUCKETS = 4
+MAX_VALUES = 48
+_TAUS = (2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0, 48.0, 64.0)
+# A history's floor is never put below this fraction of the best ratio it reached: a short
+# history whose second record jumped (default 80 ms, then 1 ms) fits floor -> 0, tau -> 0,
+# which would promise unbounded gains from more trials.
+FLOOR_OF_REACHED = 0.5
+_EMPTY_TRACE = json.dumps([[], []])  # the default schedule as tune records it
+
+
+# ---------------------------------------------------------------------- the gain curve
+@dataclass(frozen=True)
+class GainCurve:
+    """Predicted best / default after ``t`` trials (the default schedule is trial 1)."""
+
+    floor: float
+    tau: float
+    source: str
+
+    def ratio(self, t: float) -> float:
+        if t < 1:
+            return 1.0
+        return self.floor + (1.0 - self.floor) * math.exp(-(t - 1) / self.tau)
+
+
+def _histories(db: TuneFarmDatabase, target: tvm.target.Target) -> list[tuple[str, list[float]]]:
+    """Per workload with a measured default and 4+ records on ``target``: (family shash or
+    "", best-so-far / default after each record, in recording order)."""
+    from sqlalchemy import select
+
+    from database import TargetKey
+    from database.models import RecordRow, WorkloadRow
+
+    query = (
+        select(
+            RecordRow.workload_id,
+            WorkloadRow.family_shash,
+            RecordRow.trace_json == _EMPTY_TRACE,
+            RecordRow.mean_sec,
+        )
+        .join(WorkloadRow, WorkloadRow.id == RecordRow.workload_id)
+        .where(RecordRow.target_key == TargetKey.of(target).key)
+        .order_by(RecordRow.workload_id, RecordRow.id)
+    )
+    rows = db.storage.run(lambda s: list(s.execute(query)), write=False)
+    by_wl: dict[int, tuple[str, list[tuple[bool, float | None]]]] = {}
+    for wid, family, is_default, mean in rows:
+        by_wl.setdefault(wid, (family or "", []))[1].append((bool(is_default), mean))
+    out = []
+    for family, recs in by_wl.values():
+        default = next((m for d, m in recs if d and m), None)
+        if default is None or len(recs) < 4:
+            continue
+        best, ratios = math.inf, []
+        for _, mean in recs:
+            if mean is not None and mean > 0:
+                best = min(best, mean)
+            ratios.append(min(best / default, 1.0) if best < math.inf else 1.0)
+        out.append((family, ratios))
+    return out
+
+
+def _floor_given(tau: float, ratios: list[float]) -> float:
+    """Least-squares floor of one history for a given tau (closed form), clipped."""
+    num = den = 0.0
+    for i, r in enumerate(ratios, 1):
+        e = math.exp(-(i - 1) / tau)
+        num += (r - e) * (1 - e)
+        den += (1 - e) ** 2
+    reached = FLOOR_OF_REACHED * min(ratios)
+    return min(1.0, max(0.005, reached, num / den)) if den > 0 else 1.0
+
+
+def fit_curves(
+    db: TuneFarmDatabase, target: tvm.target.Target
+) -> tuple[GainCurve, dict[str, GainCurve]]:
+    """The overall curve and one per kernel family with histories (see module docstring)."""
+    hist = _histories(db, target)
+    if not hist:
+        return GainCurve(PRIOR_FLOOR, PRIOR_TAU, "no tuning history: tau prior, floor per task"), {}
+
+    def sse(tau: float) -> float:
+        total = 0.0
+        for _, ratios in hist:
+            f = _floor_given(tau, ratios)
+            total += sum(
+                (r - (f + (1 - f) * math.exp(-(i - 1) / tau))) ** 2 for i, r in enumerate(ratios, 1)
+            )
+        return total
+
+    tau = min(_TAUS, key=sse)
+    floors = [(fam, _floor_given(tau, ratios)) for fam, ratios in hist]
+    overall = GainCurve(
+        statistics.median(f for _, f in floors), tau, f"fitted to {len(hist)} histories"
+    )
+    by_family: dict[str, list[float]] = {}
+    for fam, f in floors:
+        if fam:
+            by_family.setdefault(fam, []).append(f)
+    families = {
+        fam: GainCurve(statistics.median(fs), tau, f"family, {len(fs)} histories")
+        for fam, fs in by_family.items()
+    }
+    return overall, families
+
+
+# ---------------------------------------------------------------------- what is known
+@dataclass
+class TaskModel:
+    """One (kernel, bucket) task: what the database knows and the curve it follows."""
+
+    name: str  # the symbolic kernel's name (or the static kernel's)
+    value: int | None  # the bucket (None: a kernel that does not depend on the variable)
+    calls: int
+    mod: tvm.IRModule
+    flops: float | None
+    recorded: int = 0
+    best_sec: float | None = None
+    default_sec: float | None = None  # measured
+    default_est: float = 0.0  # measured or estimated
+    default_source: str = "measured"
+    curve: GainCurve = field(default_factory=lambda: GainCurve(PRIOR_FLOOR, PRIOR_TAU, "prior"))
+    # the range kernel's tile, from the record (None: unknown; 0: it does not transplant)
+    tile: int | None = None
+    floor_sec: float = 0.0  # its buffers' bytes at PRIOR_BYTES_PER_SEC
+
+    def __post_init__(self) -> None:
+        self.floor_sec = _bytes(self.mod) / PRIOR_BYTES_PER_SEC
+
+    def time(self, t: int) -> float:
+        """Predicted best time after ``t`` records in all (0: untuned, the default)."""
+        if t <= 0:
+            return self.default_est
+        if self.best_sec is not None and self.recorded >= 1:
+            ratio = self.curve.ratio(max(t, self.recorded)) / self.curve.ratio(self.recorded)
+            return min(self.best_sec, max(self.best_sec * ratio, self.floor_sec))
+        return min(self.default_est, max(self.default_est * self.curve.ratio(t), self.floor_sec))
+
+
+@dataclass
+class KernelModel:
+    """One symbolic kernel of the model and its tasks at the candidate buckets."""
+
+    name: str
+    calls: int
+    degree: int = 1
+    buffers: tuple[PadBuffer, ...] = ()
+    reason: str | None = None  # why the dispatch never runs a bucket kernel for it
+    at: dict[int, TaskModel] = field(default_factory=dict)
+
+    def generic(self, v: int) -> float:
+        """The generic (untuned) kernel's time at ``v``: the least over buckets ``B >= v``
+        of ``default(B) * (v / B) ** d`` (the rule's estimate), over every candidate."""
+        known = sorted((b, t.default_est) for b, t in self.at.items())
+        above = [(b, s) for b, s in known if b >= v] or known[-1:]
+        return min(s * (v / b) ** self.degree for b, s in above)
+
+
+def _prior_tile(value: int) -> int:
+    """A range kernel's tile where no record says: the largest power of two dividing the
+    bucket, at most 16 (the tiles tuned kernels of the examples have: 1 to 32)."""
+    tile = 1
+    while value % (tile * 2) == 0 and tile < 16:
+        tile *= 2
+    return tile
+
+
+def _pick(
+    kernels: list[BucketKernel],
+    generic: list[tuple[int, float]],
+    degree: int,
+    buffers: tuple[PadBuffer, ...],
+    v: int,
+) -> BucketKernel | None:
+    """The dispatch rule's choice at ``v`` up to the largest bucket, as
+    :func:`tuner.dispatch.choose_intervals` makes it for each value (tested to agree)."""
+    best = min(kernels, key=lambda b: (b.cost(v, degree, buffers), b.value, not b.static))
+    if generic:
+        above = [(b, t) for b, t in generic if b >= v] or generic[-1:]
+        if min(s * (v / b) ** degree for b, s in above) <= GENERIC_MARGIN * best.cost(
+            v, degree, buffers
+        ):
+            return None
+    return best
+
+
+# ---------------------------------------------------------------------- the plan
+@dataclass(frozen=True)
+class PlannedTask:
+    name: str  # the job's task name (``fused_matmul_add[s=64]``)
+    kernel: str
+    bucket: int | None
+    calls: int
+    recorded: int
+    trials: int  # records it should have after the job
+    before_sec: float | None  # its best time now (None: never measured)
+    after_sec: float  # predicted after ``trials``
+    serves: float  # share of traffic whose calls of the kernel it runs
+    why: str
+
+
+@dataclass(frozen=True)
+class BucketRow:
+    """Values up to ``value`` (above the previous bucket; None: above every bucket)."""
+
+    value: int | None
+    share: float
+    untuned_sec: float
+    before_sec: float
+    after_sec: float
+
+
+@dataclass(frozen=True)
+class Plan:
+    var: str
+    buckets: tuple[int, ...]
+    budget: int
+    tasks: tuple[PlannedTask, ...]
+    rows: tuple[BucketRow, ...]
+    untuned_sec: float  # expected latency, untuned build
+    before_sec: float  # with what the database has now
+    after_sec: float  # predicted after the plan
+    curve: GainCurve
+    alternatives: tuple[tuple[str, float | None], ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def trials(self) -> int:
+        return sum(t.trials for t in self.tasks)
+
+    def task_trials(self) -> tuple[tuple[str, int], ...]:
+        return tuple((t.name, t.trials) for t in self.tasks)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["trials"] = self.trials
+        out["alternatives"] = dict(self.alternatives)
+        return out
+
+
+Chosen = dict[str, dict[int, int]]  # kernel -> bucket -> trials
+
+
+class Planner:
+    """The planner of one model, profile and database (see module docstring)."""
+
+    def __init__(
+        self,
+        mod: tvm.IRModule,
+        target: tvm.target.Target,
+        db: TuneFarmDatabase,
+        profile: ShapeProfile,
+        shape_vars: dict[str, list[int]] | None = None,
+    ) -> None:
+        profile = profile.for_model(mod)  # unknown variables, values out of range
+        names = symbolic_vars(mod)
+        if len(names) != 1:
+            raise TuneFarmError(
+                f"plan: the model has {len(names)} symbolic variables "
+                f"({', '.join(names) or 'none'}); the planner handles one (use --shape)"
+            )
+        profile.require(names)
+        self.mod, self.target, self.db, self.var = mod, target, db, names[0]
+        self.profile, self.shape_vars = profile, shape_vars or {}
+        self.bound = upper_bounds(mod).get(self.var)
+        self.values = [(s[self.var], w) for s, w in profile.representatives(MAX_VALUES)]
+        self.curve, self.family_curves = fit_curves(db, target)
+        self._analyse()
+
+    # ------------------------------------------------------------------ setup
+    def _analyse(self) -> None:
+        from tuner.rangekernel import pad_values, symbolic_var, work_degree
+
+        prepared = prepare(self.mod, self.target)
+        self.kernels: dict[str, KernelModel] = {}
+        self.statics: dict[str, TaskModel] = {}
+        self.family: dict[str, str] = {}
+        self.funcs: dict[str, Any] = {}
+        for task in extract_tasks(prepared, self.target):
+            if not task.is_symbolic:
+                self.statics[task.name] = self._task(task.name, None, task.weight, task)
+                continue
+            func = task.mod["main"]
+            km = KernelModel(task.name, task.weight)
+            var = symbolic_var(func)
+            if var is None:
+                km.reason = "several symbolic variables"
+            else:
+                pads = pad_values(func, var.name)
+                if pads is None:
+                    km.reason = f"reduces over {var.name}: no pad value"
+                else:
+                    km.degree = work_degree(func, var.name)
+                    km.buffers = pad_buffers(
+                        func, var.name, tuple(pads.get(p.name, 0.0) for p in func.params[:-1])
+                    )
+            self.kernels[task.name] = km
+            self.family[task.name] = shash_of(task.mod)
+            self.funcs[task.name] = func
+        known = set()
+        for fam in self.family.values():
+            for bucket, _ in self.db.family_workloads(fam):
+                if set(bucket) == {self.var}:
+                    known.add(bucket[self.var])
+        self.known = sorted(v for v in known if self.bound is None or v <= self.bound)
+        self.candidates = self._candidates()
+        self.default_buckets = tuple(choose_buckets(self.mod, {}, self.shape_vars)[self.var])
+        analysed = {*self.candidates, *self.known, *self._pow2(), *self.default_buckets}
+        for value in sorted(analysed):
+            self._add_bucket(value)
+        for km in self.kernels.values():
+            self._estimate_defaults(km)
+
+    def _task(self, name: str, value: int | None, calls: int, task: Any) -> TaskModel:
+        tm = TaskModel(name, value, calls, task.mod, task.flops)
+        tm.recorded = self.db.count_records(task.mod, self.target)
+        if tm.recorded:
+            found = self.db.best(task.mod, self.target)
+            tm.best_sec = found[2] if found else None
+            tm.default_sec = self.db.default_schedule_sec(task.mod, self.target)
+            if value is not None and found is not None and name in self.funcs:
+                tm.tile = _tile_of(self.funcs[name], found[0], self.var)
+        fam = self.family.get(name)
+        tm.curve = self.family_curves.get(fam, self.curve) if fam else self.curve
+        if tm.default_sec is not None:
+            tm.default_est = tm.default_sec
+        return tm
+
+    def _add_bucket(self, value: int) -> None:
+        for bt in bucket_tasks(self.mod, self.target, {self.var: [value]}):
+            base = bt.task.name.split("[", 1)[0]
+            if base in self.kernels:
+                self.kernels[base].at[value] = self._task(base, value, bt.task.weight, bt.task)
+
+    def _estimate_defaults(self, km: KernelModel) -> None:
+        measured = {b: t for b, t in km.at.items() if t.default_sec is not None}
+        for b, tm in km.at.items():
+            if tm.default_sec is not None:
+                continue
+            if measured:
+                near = min(measured, key=lambda m: abs(math.log(m / b)))
+                ref = measured[near]
+                if ref.flops and tm.flops:
+                    tm.default_est = ref.default_est * tm.flops / ref.flops
+                else:
+                    tm.default_est = ref.default_est * (b / near) ** km.degree
+                tm.default_source = f"scaled from {self.var}={near}"
+            else:
+                tm.default_est = _prior_default(tm)
+                tm.default_source = "prior"
+        for tm in self.statics.values():
+            if tm.default_sec is None:
+                tm.default_est = _prior_default(tm)
+                tm.default_source = "prior"
+        for tm in [
+            *self.statics.values(),
+            *(t for k in self.kernels.values() for t in k.at.values()),
+        ]:
+            if not tm.curve.source.startswith("family"):
+                roof = max((tm.flops or 0.0) / (PRIOR_TUNED_GFLOPS * 1e9), tm.floor_sec)
+                floor = min(1.0, max(0.005, roof / tm.default_est)) if tm.default_est else 1.0
+                tm.curve = GainCurve(floor, tm.curve.tau, "roofline prior")
+
+    def _nice(self, v: int) -> int:
+        out = 1 << (v - 1).bit_length() if v <= 8 else -(-v // 8) * 8
+        return min(out, self.bound) if self.bound else out
+
+    def _pow2(self) -> list[int]:
+        """Powers of two over the profile's range (the one above its largest value
+        included), within the model's bound."""
+        marg = self.profile.marginal(self.var)
+        top = self._nice(max(marg))
+        out, p = [], 1
+        while True:
+            if (self.bound is None or p <= self.bound) and p >= min(marg) // 2:
+                out.append(p)
+            if p >= top or (self.bound is not None and p >= self.bound):
+                break
+            p *= 2
+        return out
+
+    def _candidates(self) -> list[int]:
+        qs = (0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 1.0)
+        first = [self._nice(self.profile.quantile(self.var, q)) for q in qs]
+        ordered = list(dict.fromkeys([*first, *self.known, *self._pow2()]))
+        return sorted(ordered[:MAX_CANDIDATES])
+
+    # ------------------------------------------------------------------ the model
+    def latency(self, chosen: Chosen, static_trials: dict[str, int]) -> list[float]:
+        """Predicted latency at each profile value (``self.values``)."""
+        out = [0.0] * len(self.values)
+        for km in self.kernels.values():
+            for i, c in enumerate(self._kernel_costs(km, chosen.get(km.name, {}))):
+                out[i] += km.calls * c
+        for name, tm in self.statics.items():
+            const = tm.calls * tm.time(static_trials.get(name, 0))
+            out = [x + const for x in out]
+        return out
+
+    def _dispatch(
+        self, km: KernelModel, trials: dict[int, int]
+    ) -> tuple[list[BucketKernel], list[tuple[int, float]]]:
+        kernels, generic = [], []
+        for b in sorted(trials):
+            t = trials[b]
+            if t < 1 or km.reason:
+                continue
+            tm = km.at[b]
+            sec = tm.time(t)
+            generic.append((b, tm.default_est))
+            if tm.tile != 0:  # 0: the record does not transplant, only its static kernel
+                tile = tm.tile or _prior_tile(b)
+                kernels.append(BucketKernel(b, tile, f"{km.name}{b}", "", sec))
+            kernels.append(BucketKernel(b, b, f"{km.name}{b}_s", "", sec, static=True))
+        return kernels, generic
+
+    def _kernel_costs(
+        self, km: KernelModel, trials: dict[int, int], served: dict[int, float] | None = None
+    ) -> list[float]:
+        """Time of ``km`` at each profile value under the dispatch of ``trials``' buckets;
+        with ``served``, adds per bucket the traffic x work scale its kernels serve."""
+        kernels, generic = self._dispatch(km, trials)
+        if not kernels:
+            return [km.generic(v) for v, _ in self.values]
+        top = max(b.value for b in kernels)
+        above = KernelDispatch(
+            km.name,
+            self.var,
+            tuple(kernels),
+            generic=tuple(generic),
+            degree=km.degree,
+            buffers=km.buffers,
+        ).above
+        out = []
+        for v, w in self.values:
+            bk = _pick(kernels, generic, km.degree, km.buffers, v) if v <= top else above
+            if bk is None:
+                out.append(km.generic(v))
+                continue
+            out.append(bk.cost(v, km.degree, km.buffers))
+            if served is not None:
+                scale = (bk.padded(v) / bk.value) ** km.degree
+                served[bk.value] = served.get(bk.value, 0.0) + w * scale
+        return out
+
+    def expected(self, chosen: Chosen, static_trials: dict[str, int]) -> float:
+        lat = self.latency(chosen, static_trials)
+        return sum(x * w for x, (_, w) in zip(lat, self.values, strict=True))
+
+    # ------------------------------------------------------------------ trials
+    def _base(self, buckets: tuple[int, ...]) -> tuple[Chosen, dict[str, int], int]:
+        chosen = {
+            km.name: {b: max(km.at[b].recorded, 1) for b in buckets} for km in self.kernels.values()
+        }
+        statics = {n: max(t.recorded, 1) for n, t in self.statics.items()}
+        used = sum(sum(c.values()) for c in chosen.values()) + sum(statics.values())
+        return chosen, statics, used
+
+    def split(
+        self, buckets: tuple[int, ...], budget: int
+    ) -> tuple[Chosen, dict[str, int], float] | None:
+        """The greedy trial split for ``buckets`` (None: the budget cannot even measure
+        each task's default), and its expected latency."""
+        chosen, statics, used = self._base(buckets)
+        if used > budget:
+            return None
+        best: tuple[Chosen, dict[str, int], float] | None = None
+        # the first split weighs tasks by the traffic they serve with the budget spread
+        # evenly (at one trial each, the default, no bucket kernel beats the generic one)
+        n = sum(len(c) for c in chosen.values()) + len(statics)
+        even = max(1, budget // max(n, 1))
+        weights_from = {k: {b: max(t, even) for b, t in v.items()} for k, v in chosen.items()}
+        for _ in range(2):
+            c, s = self._allocate(chosen, statics, weights_from, budget - used)
+            value = self.expected(c, s)
+            if best is None or value < best[2]:
+                best = (c, s, value)
+            weights_from = c
+        return best
+
+    def _allocate(
+        self, chosen: Chosen, statics: dict[str, int], weights_from: Chosen, left: int
+    ) -> tuple[Chosen, dict[str, int]]:
+        """``left`` more trials on top of ``chosen``/``statics``, one at a time to the task
+        whose predicted time x served traffic drops most; what each task serves is taken
+        from the dispatch of ``weights_from``."""
+        c = {k: dict(v) for k, v in chosen.items()}
+        s = dict(statics)
+        weights: dict[tuple[str, int | None], tuple[float, TaskModel]] = {}
+        for km in self.kernels.values():
+            served: dict[int, float] = {}
+            self._kernel_costs(km, weights_from[km.name], served)
+            for b, share in served.items():
+                weights[(km.name, b)] = (km.calls * share, km.at[b])
+        for name, tm in self.statics.items():
+            weights[(name, None)] = (float(tm.calls), tm)
+
+        def count(key: tuple[str, int | None]) -> int:
+            return s[key[0]] if key[1] is None else c[key[0]][key[1]]
+
+        def gain(key: tuple[str, int | None]) -> float:
+            w, tm = weights[key]
+            t = count(key)
+            return w * (tm.time(t) - tm.time(t + 1))
+
+        heap = [(-gain(k), k) for k in weights if weights[k][0] > 0]
+        heapq.heapify(heap)
+        while left > 0 and heap:
+            g, key = heapq.heappop(heap)
+            if -g <= 0:
+                break
+            if key[1] is None:
+                s[key[0]] += 1
+            else:
+                c[key[0]][key[1]] += 1
+            left -= 1
+            heapq.heappush(heap, (-gain(key), key))
+        return c, s
+
+    # ------------------------------------------------------------------ buckets
+    def search(self, budget: int) -> tuple[tuple[int, ...], Chosen, dict[str, int], float]:
+        """Bucket set by greedy growth then single swaps (see module docstring)."""
+        cache: dict[tuple[int, ...], Any] = {}
+
+        def score(buckets: tuple[int, ...]) -> float:
+            if buckets not in cache:
+                cache[buckets] = self.split(buckets, budget)
+            found = cache[buckets]
+            return math.inf if found is None else found[2]
+
+        current: tuple[int, ...] = ()
+        while len(current) < MAX_BUCKETS:
+            options = [tuple(sorted({*current, c})) for c in self.candidates if c not in current]
+            if not options:
+                break
+            nxt = min(options, key=score)
+            if current and score(nxt) >= score(current):
+                break
+            if score(nxt) == math.inf:
+                break
+            current = nxt
+        if not current:
+            raise TuneFarmError(
+                f"plan: --trials {budget} cannot measure even the default schedules of one "
+                f"bucket's tasks ({self._base((self.candidates[0],))[2]} needed)"
+            )
+        improved = True
+        while improved:
+            improved = False
+            for old in current:
+                for new in self.candidates:
+                    if new in current:
+                        continue
+                    trial = tuple(sorted({*current, new} - {old}))
+                    if score(trial) < score(current) - 1e-15:
+                        current, improved = trial, True
+                        break
+                if improved:
+                    break
+        chosen, statics, value = cache[current]
+        return current, chosen, statics, value
+
+    # ------------------------------------------------------------------ the plan
+    def before(self) -> tuple[Chosen, dict[str, int]]:
+        """What the database has now: each kernel's recorded buckets at their records."""
+        chosen = {
+            km.name: {b: tm.recorded for b, tm in km.at.items() if tm.recorded}
+            for km in self.kernels.values()
+        }
+        return chosen, {n: t.recorded for n, t in self.statics.items()}
+
+    def plan(self, budget: int) -> Plan:
+        buckets, chosen, statics, after = self.search(budget)
+        before_c, before_s = self.before()
+        untuned_c: Chosen = {k: {} for k in self.kernels}
+        lat_after = self.latency(chosen, statics)
+        lat_before = self.latency(before_c, before_s)
+        lat_untuned = self.latency(untuned_c, {})
+        rows = _rows(self.values, buckets, lat_untuned, lat_before, lat_after)
+        tasks = self._tasks(buckets, chosen, statics)
+        alternatives = []
+        for label, alt in self._alternatives(buckets):
+            found = self.split(alt, budget)
+            alternatives.append((label, None if found is None else found[2]))
+        notes = []
+        if any(t.default_source == "prior" for k in self.kernels.values() for t in k.at.values()):
+            notes.append(
+                f"kernels never measured: their default time is a prior ({PRIOR_GFLOPS:g} "
+                "GFLOPS); tune once and re-plan for measured figures"
+            )
+        return Plan(
+            var=self.var,
+            buckets=buckets,
+            budget=budget,
+            tasks=tasks,
+            rows=rows,
+            untuned_sec=_mean(lat_untuned, self.values),
+            before_sec=_mean(lat_before, self.values),
+            after_sec=after,
+            curve=self.curve,
+            alternatives=tuple(alternatives),
+            notes=tuple(notes),
+        )
+
+    def _alternatives(self, chosen: tuple[int, ...]) -> list[tuple[str, tuple[int, ...]]]:
+        default = self.default_buckets
+        pow2 = tuple(self._pow2())
+        out = [(f"default buckets {self.var}={','.join(map(str, default))}", default)]
+        if pow2 != default:
+            out.append((f"powers of two {self.var}={','.join(map(str, pow2))}", pow2))
+        return [(label, b) for label, b in out if b != chosen]
+
+    def _tasks(
+        self, buckets: tuple[int, ...], chosen: Chosen, statics: dict[str, int]
+    ) -> tuple[PlannedTask, ...]:
+        out = []
+        for bt in bucket_tasks(self.mod, self.target, {self.var: list(buckets)}):
+            base = bt.task.name.split("[", 1)[0]
+            value = bt.bucket.get(self.var)
+            km = self.kernels.get(base)
+            if km is not None and value in km.at:
+                tm, trials = km.at[value], chosen[base][value]
+                share = self._share(km, chosen[base], value)
+                why = self._why(km, tm, trials, share)
+            elif base in self.statics:
+                tm, trials, share = self.statics[base], statics[base], 1.0
+                why = f"runs at every value ({tm.calls} call(s))"
+            else:  # a kernel of the bucket the symbolic module does not name: default only
+                tm = TaskModel(base, value, bt.task.weight, bt.task.mod, bt.task.flops)
+                tm.recorded = self.db.count_records(bt.task.mod, self.target)
+                trials, share, why = max(tm.recorded, 1), 0.0, "not a kernel of the model"
+            out.append(
+                PlannedTask(
+                    name=bt.task.name,
+                    kernel=base,
+                    bucket=value,
+                    calls=bt.task.weight,
+                    recorded=tm.recorded,
+                    trials=trials,
+                    before_sec=tm.best_sec,
+                    after_sec=tm.time(trials),
+                    serves=share,
+                    why=why,
+                )
+            )
+        return tuple(out)
+
+    def _share(self, km: KernelModel, trials: dict[int, int], value: int) -> float:
+        kernels, generic = self._dispatch(km, trials)
+        if not kernels:
+            return 0.0
+        top = max(b.value for b in kernels)
+        above = KernelDispatch(
+            km.name,
+            self.var,
+            tuple(kernels),
+            generic=tuple(generic),
+            degree=km.degree,
+            buffers=km.buffers,
+        ).above
+        share = 0.0
+        for v, w in self.values:
+            bk = _pick(kernels, generic, km.degree, km.buffers, v) if v <= top else above
+            if bk is not None and bk.value == value:
+                share += w
+        return share
+
+    def _why(self, km: KernelModel, tm: TaskModel, trials: int, share: float) -> str:
+        if km.reason:
+            return f"generic at every value ({km.reason}): its default only"
+        if share == 0:
+            return "serves no traffic (the generic kernel is estimated faster): default only"
+        src = "measured" if tm.best_sec is not None else f"default {tm.default_source}"
+        gain = tm.default_est / tm.time(trials) if tm.time(trials) else 1.0
+        return f"serves {share:.0%} of traffic; {src}; {gain:.1f}x the default predicted"
+
+
+def _mean(lat: list[float], values: list[tuple[int, float]]) -> float:
+    return sum(x * w for x, (_, w) in zip(lat, values, strict=True))
+
+
+def _rows(
+    values: list[tuple[int, float]],
+    buckets: tuple[int, ...],
+    untuned: list[float],
+    before: list[float],
+    after: list[float],
+) -> tuple[BucketRow, ...]:
+    """Per bucket, the traffic of the values up to it (above the previous bucket) and the
+    mean latency there: untuned, now and planned; then the values above every bucket."""
+    edges: list[int | None] = [*buckets, None]
+    out = []
+    lo = 0
+    for hi in edges:
+        idx = [i for i, (v, _) in enumerate(values) if v > lo and (hi is None or v <= hi)]
+        share = sum(values[i][1] for i in idx)
+        if idx:
+
+            def mean(lat: list[float], idx: list[int] = idx, share: float = share) -> float:
+                return sum(lat[i] * values[i][1] for i in idx) / share
+
+            out.append(BucketRow(hi, share, mean(untuned), mean(before), mean(after)))
+        elif hi is not None:
+            out.append(BucketRow(hi, 0.0, 0.0, 0.0, 0.0))
+        lo = hi or 0
+    return tuple(out)
+
+
+def _tile_of(func: Any, record: Any, var: str) -> int | None:
+    from tuner.rangekernel import transplant
+
+    if not any(inst.kind.name != "EnterPostproc" for inst in record.trace.insts):
+        return None  # the default schedule won: the generic kernel serves
+    try:
+        rk = transplant(func, record.trace, var)
+    except Exception:
+        return 0
+    return rk.tile if rk is not None else 0
+
+
+def _prior_default(tm: TaskModel) -> float:
+    """An untuned default never measured: its FLOPs at :data:`PRIOR_GFLOPS`, plus
+    :data:`PRIOR_MIN_SEC`, never below its bytes' floor."""
+    return max((tm.flops or 0.0) / (PRIOR_GFLOPS * 1e9), tm.floor_sec) + PRIOR_MIN_SEC
+
+
+def _bytes(mod: tvm.IRModule) -> float:
+    """Bytes of a static task's buffers (its inputs and output)."""
+    from tvm import tirx
+
+    total = 0.0
+    for param in mod["main"].params:
+        shape = list(getattr(param, "shape", None) or ())
+        if shape and all(isinstance(d, tirx.IntImm) for d in shape):
+            bits = tvm.runtime.DataType(str(param.dtype)).bits
+            total += math.prod(int(d) for d in shape) * bits / 8
+    return total

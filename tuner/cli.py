@@ -10,7 +10,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -47,6 +47,9 @@ from tuner.cli_cost_model import cost_model_app
 from tuner.cli_db import db_app
 from tuner.errors import TuneFarmError
 from tuner.progress import fmt_sec
+
+if TYPE_CHECKING:
+    from tuner.job import JobSummary
 
 app = typer.Typer(
     name="tunefarm",
@@ -107,8 +110,11 @@ def tune(
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     cost_model: CostModelOpt = "tunefarm",
     transfer: TransferOpt = False,
+    shape_profile: cli_plan.ShapeProfileOpt = None,
 ) -> None:
-    """Tune MODEL's kernels on Ray workers and store the best schedules in the database."""
+    """Tune MODEL's kernels on Ray workers and store the best schedules in the database.
+
+    With --shape-profile, the buckets and the trials per task are the plan's (tunefarm plan)."""
     from tuner.buckets import choose_buckets, parse_shape_options
     from tuner.job import TuneConfig
     from tuner.job import tune as run_tune
@@ -118,9 +124,24 @@ def tune(
 
     check_tune_options(trials, per_iter, min_repeat_ms)
     check_model_file(model)
-    tgt = resolve_target(target, arch)
+    if shape_profile is not None and shape:
+        raise TuneFarmError("give --shape or --shape-profile, not both")
     given = parse_shape_options(shape or [])
     ray_addr = ray_address(address)  # before loading the model or creating a job
+    task_trials, plan = None, None
+    if shape_profile is not None:
+        loaded, tgt, storage, plan = cli_plan.make_plan(
+            model, shape_profile, trials, target, arch, db, entry, keep_params
+        )
+        if not as_json:
+            cli_plan.print_plan(plan)
+        trials, task_trials = plan.trials, plan.task_trials()
+        buckets: dict[str, list[int]] | None = {plan.var: list(plan.buckets)}
+    else:
+        tgt = resolve_target(target, arch)
+        loaded = load_model(model, entry, keep_params=keep_params)
+        buckets = choose_buckets(loaded.mod, given, loaded.shape_vars)
+        storage = open_storage(db)
     config = TuneConfig(
         trials=trials,
         trials_per_iter=per_iter,
@@ -129,10 +150,8 @@ def tune(
         measure=MeasureConfig(min_repeat_ms=min_repeat_ms),
         cost_model=cost_model,
         transfer=transfer,
+        task_trials=task_trials,
     )
-    loaded = load_model(model, entry, keep_params=keep_params)
-    buckets = choose_buckets(loaded.mod, given, loaded.shape_vars)
-    storage = open_storage(db)
     summary = run_tune(
         loaded.mod,
         tgt,
@@ -144,8 +163,16 @@ def tune(
         buckets=buckets,
     )
     if as_json:
-        print(json.dumps(summary.to_dict(), indent=2))
+        out = summary.to_dict()
+        if plan is not None:
+            out["plan"] = plan.to_dict()
+        print(json.dumps(out, indent=2, default=str))
         return
+    print_tune_summary(summary)
+
+
+def print_tune_summary(summary: JobSummary) -> None:
+    """A finished job: per task trials, best latency and speedup, then budget and wall time."""
     table = Table(title=f"job {summary.job_name} (#{summary.job_id})")
     for col in ("task", "calls", "trials", "best latency", "GFLOPS", "untuned", "speedup"):
         table.add_column(col, justify="left" if col == "task" else "right", overflow="fold")

@@ -26,7 +26,6 @@ from tuner.cli_common import (
     check_output_file,
     console,
     open_storage,
-    ray_address,
     user_errors,
 )
 from tuner.errors import TuneFarmError
@@ -154,6 +153,13 @@ def plan_notes(plan: Any) -> list[str]:
     return lines
 
 
+def print_plan(plan: Any) -> None:
+    for table in plan_tables(plan):
+        console.print(table)
+    for line in plan_notes(plan):
+        console.print(escape(line))
+
+
 @user_errors
 def plan(
     model: ModelArg,
@@ -191,45 +197,31 @@ def plan(
 ) -> None:
     """Choose the buckets and the trial split per task that minimise the expected latency of
     MODEL over the traffic of a shape profile, from what the database knows; --tune runs it."""
-    ray_addr = ray_address(address) if run else None
-    loaded, tgt, storage, the_plan = make_plan(
+    if run:  # tune runs the plan (and prints it) exactly as tune --shape-profile does
+        from tuner.cli import tune
+
+        tune(
+            model,
+            target=target,
+            arch=arch,
+            trials=trials,
+            db=db,
+            address=address,
+            seed=seed,
+            entry=entry,
+            keep_params=keep_params,
+            as_json=as_json,
+            cost_model=cost_model,
+            shape_profile=shape_profile,
+        )
+        return
+    _, _, _, the_plan = make_plan(
         model, shape_profile, trials, target, arch, db, entry, keep_params
     )
     if as_json:
         print(json.dumps(the_plan.to_dict(), indent=2, default=str))
     else:
-        for table in plan_tables(the_plan):
-            console.print(table)
-        for line in plan_notes(the_plan):
-            console.print(escape(line))
-    if not run:
-        return
-    from tuner.job import TuneConfig
-    from tuner.job import tune as run_tune
-
-    config = TuneConfig(
-        trials=the_plan.trials,
-        seed=seed,
-        cost_model=cost_model,
-        task_trials=the_plan.task_trials(),
-    )
-    summary = run_tune(
-        loaded.mod,
-        tgt,
-        storage,
-        config,
-        address=ray_addr,
-        model_name=model.stem,
-        console=None if as_json else console,
-        buckets={the_plan.var: list(the_plan.buckets)},
-    )
-    if as_json:
-        print(json.dumps(summary.to_dict(), indent=2))
-        return
-    console.print(
-        f"job {summary.job_name} (#{summary.job_id}): {summary.trials_measured} trials "
-        f"measured in {summary.wall_sec:.1f} s; re-run plan to see the new estimates"
-    )
+        print_plan(the_plan)
 
 
 @profile_app.command("record")

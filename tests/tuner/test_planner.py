@@ -132,10 +132,8 @@ def test_plan_tune_replan_and_bench_over_the_profile(tmp_path: Path) -> None:
     args = ["plan", str(model), "--shape-profile", str(profile), "--db", url]
     result = runner.invoke(app, [*args, "--trials", "10", "--tune", "--seed", "0", "--json"])
     assert result.exit_code == 0, result.output
-    decoder = json.JSONDecoder()
-    text = result.output[result.output.index("{") :]
-    first, end = decoder.raw_decode(text)
-    job = json.loads(text[end:].strip()[text[end:].strip().index("{") :])
+    job = json.loads(result.output)  # one document: the job, with the plan it ran
+    first = job["plan"]
     planned = {t["name"]: t["trials"] for t in first["tasks"]}
     assert sum(planned.values()) <= 10
     # the job stored exactly what the plan split per task
@@ -166,6 +164,13 @@ def test_plan_tune_replan_and_bench_over_the_profile(tmp_path: Path) -> None:
         runner.invoke(
             app,
             ["bench", str(model), "--shape-profile", str(profile), "--shape", "n=3", "--db", url],
+        ),
+        "not both",
+    )
+    one_line_error(
+        runner.invoke(
+            app,
+            ["tune", str(model), "--shape-profile", str(profile), "--shape", "n=3", "--db", url],
         ),
         "not both",
     )

@@ -1,7 +1,8 @@
 """Benchmarks by first argument: ``models`` (the default; :mod:`benchmarks.models`: each example
 model tuned, then TuneFarm tuned / untuned vs its reference, torch.compile and ONNX Runtime),
 ``suite`` (the whole scoreboard, ``make bench``; see :mod:`benchmarks.suite`), ``symbolic``,
-``database``, ``cost-model``, ``warm-start``, ``cost-model-study``, ``throughput``.
+``database``, ``cost-model``, ``warm-start``, ``cost-model-study``, ``throughput``,
+``time-to-quality`` (:mod:`benchmarks.time_to_quality`).
 
 All ratios are measured side by side in one run. Usage::
 
@@ -46,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.throughput import main as throughput_main
 
         return throughput_main(argv[1:])
+    if argv and argv[0] == "time-to-quality":
+        from benchmarks.time_to_quality import main as ttq_main
+
+        return ttq_main(argv[1:])
     if argv and argv[0] == "models":
         argv = argv[1:]
     from benchmarks.models import main as models_main

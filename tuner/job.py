@@ -56,9 +56,14 @@ class TuneConfig:
     # job; each listed task is searched on its own up to its count (None: the gradient
     # scheduler shares the budget)
     task_trials: tuple[tuple[str, int], ...] | None = None
+    # the evolutionary search's population per round (None: sized from the round, see
+    # search_population; MetaSchedule's default is 512 whatever the round asks for)
+    population: int | None = None
 
     def __post_init__(self) -> None:
         check_name(self.cost_model)
+        if self.population is not None and self.population < 2:
+            raise TuneFarmError(f"population must be at least 2 (got {self.population})")
         if self.trials < 1:
             raise TuneFarmError(f"--trials must be at least 1 (got {self.trials})")
         if self.trials_per_iter < 1:
@@ -409,12 +414,17 @@ def _search(
     threads = os.cpu_count() or 1
     seed = config.seed if config.seed is not None else -1
     remaining = budget.left
+    if config.task_trials is None:
+        per_round = trials_per_round(config.trials_per_iter, remaining, len(tasks))
+    else:  # each task on its own: the round of the task with the largest share
+        most = max((n for _, n in config.task_trials), default=1)
+        per_round = trials_per_round(config.trials_per_iter, most, 1)
     contexts = [
         ms.TuneContext(
             mod=t.mod,
             target=target,
             space_generator="post-order-apply",
-            search_strategy="evolutionary",
+            search_strategy=_strategy(config, per_round),
             task_name=t.name,
             rand_state=seed if seed < 0 else seed + i,
             num_threads=threads,
@@ -441,7 +451,7 @@ def _search(
             task_weights=[float(t.weight) for t in tasks],
             work_dir=work_dir,
             max_trials_global=remaining,
-            num_trials_per_iter=trials_per_round(config.trials_per_iter, remaining, len(tasks)),
+            num_trials_per_iter=per_round,
             builder=builder,
             runner=runner,
             database=db,
@@ -495,6 +505,27 @@ def _search_split(
                 )
         finally:
             recorder.index = None
+
+
+# MetaSchedule's EvolutionarySearch population, and the least one a round gets
+MAX_POPULATION = 512
+MIN_POPULATION = 64
+POPULATION_PER_CANDIDATE = 32
+
+
+def search_population(per_round: int) -> int:
+    """The evolutionary search's population for rounds of ``per_round`` candidates:
+    :data:`POPULATION_PER_CANDIDATE` per candidate, between :data:`MIN_POPULATION` and
+    MetaSchedule's :data:`MAX_POPULATION`. Every round mutates and scores its whole population
+    for several generations, so a population of 512 for a round of one or two candidates (a
+    dozen bucket tasks sharing a small budget) spends most of a job in the driver."""
+    return max(MIN_POPULATION, min(MAX_POPULATION, POPULATION_PER_CANDIDATE * per_round))
+
+
+def _strategy(config: TuneConfig, per_round: int) -> Any:
+    return ms.search_strategy.EvolutionarySearch(
+        population_size=config.population or search_population(per_round)
+    )
 
 
 def trials_per_round(cap: int, remaining: int, n_tasks: int) -> int:

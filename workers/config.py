@@ -15,7 +15,10 @@ class MeasureConfig:
     candidates, ``cache_flush`` flushes the CPU cache before each run.
     """
 
-    number: int = 3
+    # one run a repeat unless the kernel is shorter than min_repeat_ms, which time_evaluator
+    # then raises number to cover: a short kernel is timed as before, and a slow one (an
+    # untuned default of 0.5 s) costs one run a repeat, not three
+    number: int = 1
     repeat: int = 3
     min_repeat_ms: int = 50
     cooldown_ms: int = 0

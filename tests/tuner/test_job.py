@@ -117,3 +117,15 @@ def test_trial_budget_is_a_hard_cap(sqlite_url, llvm_target) -> None:
         assert records() == 1
         run(11)  # resumed: 10 more (the other default schedule and 9 searched)
         assert records() == 11
+
+
+def test_search_population_is_sized_from_the_round() -> None:
+    from tuner.job import MAX_POPULATION, MIN_POPULATION, TuneConfig, _strategy, search_population
+
+    assert search_population(1) == search_population(2) == MIN_POPULATION  # 64
+    assert search_population(4) == 128
+    assert search_population(16) == search_population(1000) == MAX_POPULATION  # stock's 512
+    assert _strategy(TuneConfig(trials=8), 1).population_size == MIN_POPULATION
+    assert _strategy(TuneConfig(trials=8, population=512), 1).population_size == 512
+    with pytest.raises(TuneFarmError, match="population must be at least 2"):
+        TuneConfig(trials=8, population=1)

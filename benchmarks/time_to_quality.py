@@ -1,0 +1,453 @@
+"""Time to a fast model (issue 15): the model's best-so-far latency against wall-clock time.
+
+For each workload (a model with a symbolic variable, tuned at fixed buckets) and each seed, each
+variant tunes the same bucket tasks with the same trial budget, round size and measurement
+settings, from nothing:
+
+- ``tunefarm``: ``tuner.job.tune`` on the embedded default (local Ray, a fresh SQLite file), its
+  evolutionary search's population sized from the round (``tuner.job.search_population``);
+- ``tunefarm-pop512``: the same with MetaSchedule's fixed population of 512 (TuneFarm before
+  the population was sized);
+- ``stock``: stock MetaSchedule, ``ms.tune.tune_tasks`` over the same tasks (gradient
+  scheduler, LocalBuilder/LocalRunner, XGB cost model, population 512, an in-memory
+  database), the untuned module's tasks as ``tune_relax`` would extract them per bucket.
+
+The model's latency at a moment is the sum over tasks of calls x the task's best measured time
+so far, defined once every task has a measurement (TuneFarm measures every task's default
+schedule first; stock reaches every task in its first round). Wall time counts from the call
+that starts the job (TuneFarm's Ray start and task extraction included). Reported per
+workload: the wall time at which each run reached 90% and 95% of the best latency any run of
+any variant found (``best / latency >= 0.9``), its final latency and wall time, as medians with
+their interquartile range over seeds, the ratios of medians to stock's, and one PNG of the
+median curve with its interquartile band per variant. A ratio whose runs spread by more than
+25% is marked noisy. Usage::
+
+    python -m benchmarks time-to-quality [--workloads mlp qkv transformer] [--seeds 5]
+        [--trials-per-task 64] [--variants tunefarm stock]
+
+The short form in ``make bench`` is ``--workloads mlp --seeds 3 --trials-per-task 8``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import statistics
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import machine_header, results_path
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKLOADS: dict[str, tuple[str, dict[str, list[int]]]] = {
+    "qkv": ("examples/qkv_dynamic.py", {"M": [8, 128]}),
+    "mlp": ("examples/mlp_dynamic.py", {"b": [8, 64]}),
+    "transformer": ("examples/transformer_block_dynamic.py", {"s": [16, 64]}),
+}
+VARIANTS = ("tunefarm", "tunefarm-pop512", "stock")
+LEVELS = (0.9, 0.95)
+NOISY_SPREAD = 0.25  # an interquartile range above this share of the median
+log = logging.getLogger("tunefarm.bench.ttq")
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One variant's tune of one workload at one seed."""
+
+    workload: str
+    variant: str
+    seed: int
+    wall_sec: float
+    trials: int
+    curve: list[tuple[float, float]]  # (seconds since the start, model latency in seconds)
+    phases: dict[str, float] | None = None
+
+    @property
+    def final_sec(self) -> float | None:
+        return self.curve[-1][1] if self.curve else None
+
+    def time_to(self, target_sec: float) -> float | None:
+        """Seconds until the model's latency was at most ``target_sec`` (None: never)."""
+        return next((t for t, sec in self.curve if sec <= target_sec), None)
+
+
+def model_latency_curve(
+    events: list[tuple[float, str, float]], weights: dict[str, int]
+) -> list[tuple[float, float]]:
+    """``(t, sum of weight x best so far)`` after each event ``(t, task, sec)`` that lowers it,
+    from the first moment every task in ``weights`` has a measurement."""
+    best: dict[str, float] = {}
+    curve: list[tuple[float, float]] = []
+    for t, task, sec in sorted(events):
+        if task not in weights or not (sec > 0):
+            continue
+        if sec < best.get(task, float("inf")):
+            best[task] = sec
+            if len(best) == len(weights):
+                total = sum(weights[k] * best[k] for k in weights)
+                if not curve or total < curve[-1][1]:
+                    curve.append((t, total))
+    return curve
+
+
+def _bucket_tasks(model_path: Path, target: Any, buckets: dict[str, list[int]]) -> list[Any]:
+    from tuner.buckets import bucket_tasks
+    from tuner.model import load_model
+
+    return bucket_tasks(load_model(model_path).mod, target, buckets)
+
+
+def _measure() -> Any:
+    from workers.config import MeasureConfig
+
+    return MeasureConfig(min_repeat_ms=20, repeat=3)
+
+
+def run_tunefarm(
+    workload: str,
+    model_path: Path,
+    target: Any,
+    buckets: dict[str, list[int]],
+    trials: int,
+    seed: int,
+    population: int | None,
+    tmp: Path,
+    variant: str,
+) -> RunResult:
+    """TuneFarm's job on the embedded default into a fresh SQLite file."""
+    from sqlalchemy import select
+
+    from database import Storage, shash_of
+    from database.models import RecordRow, WorkloadRow
+    from tuner.job import TuneConfig, tune
+    from tuner.model import load_model
+
+    weights = {
+        shash_of(bt.task.mod): bt.task.weight for bt in _bucket_tasks(model_path, target, buckets)
+    }
+    url = f"sqlite:///{tmp / f'{workload}-{variant}-{seed}.db'}"
+    config = TuneConfig(trials=trials, seed=seed, population=population, measure=_measure())
+    start = time.time()
+    summary = tune(
+        load_model(model_path).mod,
+        target,
+        Storage(url),
+        config,
+        buckets=buckets,
+        model_name=workload,
+    )
+    wall = time.time() - start
+    query = (
+        select(WorkloadRow.shash, RecordRow.created_at, RecordRow.mean_sec)
+        .join(WorkloadRow, RecordRow.workload_id == WorkloadRow.id)
+        .where(RecordRow.mean_sec.is_not(None))
+    )
+    rows = Storage(url, create=False).run(lambda s: list(s.execute(query)))
+    events = [(created.timestamp() - start, shash, float(sec)) for shash, created, sec in rows]
+    return RunResult(
+        workload,
+        variant,
+        seed,
+        wall,
+        summary.trials_measured,
+        model_latency_curve(events, weights),
+        dict(summary.phases),
+    )
+
+
+def run_stock(
+    workload: str,
+    model_path: Path,
+    target: Any,
+    buckets: dict[str, list[int]],
+    trials: int,
+    seed: int,
+    tmp: Path,
+) -> RunResult:
+    """Stock MetaSchedule over the same bucket tasks, timed by a measure callback."""
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+
+    from benchmarks.suite import STOCK_BUILD_TIMEOUT_S
+    from tuner.fastimport import preload_tensor_intrin
+    from tuner.job import trials_per_round
+
+    start = time.time()
+    tasks = [bt.task for bt in _bucket_tasks(model_path, target, buckets)]
+    events: list[tuple[float, str, float]] = []
+    count = [0]
+
+    @derived_object
+    class Clock(PyMeasureCallback):
+        def apply(self, _sched: Any, task_id: int, _c: list, builds: list, runs: list) -> None:
+            now = time.time() - start
+            for b, r in zip(builds, runs, strict=True):
+                count[0] += 1
+                secs = [float(x) for x in r.run_secs] if r.run_secs else []
+                if b.error_msg is None and r.error_msg is None and secs:
+                    events.append((now, str(task_id), sum(secs) / len(secs)))
+
+    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+    measure = _measure()
+    contexts = [
+        ms.TuneContext(
+            mod=t.mod,
+            target=target,
+            space_generator="post-order-apply",
+            search_strategy="evolutionary",
+            task_name=t.name,
+            rand_state=seed + i,
+            num_threads=os.cpu_count() or 1,
+        ).clone()
+        for i, t in enumerate(tasks)
+    ]
+    with tempfile.TemporaryDirectory(prefix="stock-ms-", dir=tmp) as work_dir:
+        ms.tune.tune_tasks(
+            tasks=contexts,
+            task_weights=[float(t.weight) for t in tasks],
+            work_dir=work_dir,
+            max_trials_global=trials,
+            num_trials_per_iter=trials_per_round(64, trials, len(tasks)),
+            builder=ms.builder.LocalBuilder(
+                timeout_sec=STOCK_BUILD_TIMEOUT_S, initializer=preload_tensor_intrin
+            ),
+            runner=ms.runner.LocalRunner(
+                evaluator_config=ms.runner.EvaluatorConfig(
+                    number=measure.number,
+                    repeat=measure.repeat,
+                    min_repeat_ms=measure.min_repeat_ms,
+                )
+            ),
+            database=ms.database.MemoryDatabase(),
+            cost_model="xgb",
+            measure_callbacks=[
+                ms.measure_callback.AddToDatabase(),
+                ms.measure_callback.RemoveBuildArtifact(),
+                ms.measure_callback.UpdateCostModel(),
+                Clock(),
+            ],
+            task_scheduler="gradient",
+        )
+    wall = time.time() - start
+    weights = {str(i): t.weight for i, t in enumerate(tasks)}
+    return RunResult(workload, "stock", seed, wall, count[0], model_latency_curve(events, weights))
+
+
+# --------------------------------------------------------------------------- summary
+def _quartiles(values: list[float]) -> dict[str, float]:
+    if len(values) == 1:
+        return {"median": values[0], "q1": values[0], "q3": values[0]}
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return {"median": statistics.median(values), "q1": q[0], "q3": q[2]}
+
+
+def summarize(runs: list[RunResult]) -> dict[str, Any]:
+    """Per variant: time to each level of the best any run found, final latency and wall time
+    (median and quartiles over seeds), and ratios of medians to stock's."""
+    finals = [r.final_sec for r in runs if r.final_sec is not None]
+    if not finals:
+        return {"best_sec": None, "variants": {}}
+    best = min(finals)
+    out: dict[str, Any] = {"best_sec": best, "variants": {}}
+    for variant in dict.fromkeys(r.variant for r in runs):
+        mine = [r for r in runs if r.variant == variant]
+        entry: dict[str, Any] = {
+            "seeds": [r.seed for r in mine],
+            "wall_sec": _quartiles([r.wall_sec for r in mine]),
+            "final_sec": _quartiles([r.final_sec for r in mine if r.final_sec is not None]),
+            "trials": [r.trials for r in mine],
+        }
+        if any(r.phases for r in mine):
+            shares = [
+                r.phases.get("search", 0.0) / r.wall_sec for r in mine if r.phases and r.wall_sec
+            ]
+            entry["search_share"] = _quartiles(shares)
+        for level in LEVELS:
+            times = [r.time_to(best / level) for r in mine]
+            reached = [t for t in times if t is not None]
+            entry[f"to_{round(level * 100)}"] = {
+                "reached": f"{len(reached)}/{len(mine)}",
+                # a run that never reached the level counts as its whole wall time (a lower
+                # bound), so the median is not better than what the runs showed
+                **_quartiles(
+                    [t if t is not None else r.wall_sec for t, r in zip(times, mine, strict=True)]
+                ),
+            }
+        out["variants"][variant] = entry
+    stock = out["variants"].get("stock")
+    if stock:
+        for name, entry in out["variants"].items():
+            if name == "stock":
+                continue
+            ratios = {}
+            for key in ("to_90", "to_95", "wall_sec", "final_sec"):
+                a, b = entry[key], stock[key]
+                noisy = any(
+                    (x["q3"] - x["q1"]) > NOISY_SPREAD * x["median"] for x in (a, b) if x["median"]
+                )
+                ratio = a["median"] / b["median"] if b["median"] else None
+                ratios[key] = {"ratio": ratio, "noisy": noisy}
+            entry["vs_stock"] = ratios
+    return out
+
+
+def plot(workload: str, runs: list[RunResult], best: float, path: Path) -> None:
+    """Median best-so-far speed (best / latency) against wall time, with the interquartile band,
+    one line per variant."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    horizon = max(r.wall_sec for r in runs)
+    grid = np.linspace(0, horizon, 200)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for variant in dict.fromkeys(r.variant for r in runs):
+        rows = []
+        for r in (r for r in runs if r.variant == variant):
+            ts = np.array([t for t, _ in r.curve] or [horizon])
+            quality = np.array([best / s for _, s in r.curve] or [0.0])
+            idx = np.searchsorted(ts, grid, side="right") - 1
+            rows.append(np.where(idx >= 0, quality[np.clip(idx, 0, None)], 0.0))
+        data = np.array(rows)
+        med = np.median(data, axis=0)
+        ax.plot(grid, med, label=f"{variant} (n={len(rows)})")
+        ax.fill_between(
+            grid, np.percentile(data, 25, axis=0), np.percentile(data, 75, axis=0), alpha=0.2
+        )
+    for level in LEVELS:
+        ax.axhline(level, color="grey", lw=0.5, ls="--")
+    ax.set_xlabel("wall time (s)")
+    ax.set_ylabel("best latency found / model latency so far")
+    ax.set_ylim(0, 1.05)
+    ax.set_title(f"time to quality: {workload}")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _fmt(entry: dict[str, float], unit: str = "s") -> str:
+    scale, suffix = (1e6, " us") if unit == "us" else (1.0, " s")
+    return (
+        f"{entry['median'] * scale:.1f}{suffix} "
+        f"[{entry['q1'] * scale:.1f}-{entry['q3'] * scale:.1f}]"
+    )
+
+
+def table(results: dict[str, Any]) -> str:
+    """A markdown table of every workload's summary."""
+    lines = [
+        "| workload | variant | to 90% | to 95% | final latency | wall | search share | "
+        "to 90% vs stock |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for workload, res in results["workloads"].items():
+        for variant, e in res["summary"]["variants"].items():
+            vs = e.get("vs_stock", {}).get("to_90")
+            ratio = (
+                "-"
+                if not vs or vs["ratio"] is None
+                else f"{vs['ratio']:.2f}x" + (" (noisy)" if vs["noisy"] else "")
+            )
+            share = f"{e['search_share']['median']:.0%}" if "search_share" in e else "-"
+            lines.append(
+                f"| {workload} | {variant} | {_fmt(e['to_90'])} ({e['to_90']['reached']}) | "
+                f"{_fmt(e['to_95'])} ({e['to_95']['reached']}) | {_fmt(e['final_sec'], 'us')} | "
+                f"{_fmt(e['wall_sec'])} | {share} | {ratio} |"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks time-to-quality")
+    parser.add_argument("--workloads", nargs="+", default=["mlp"], choices=list(WORKLOADS))
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--trials-per-task", type=int, default=16)
+    parser.add_argument("--out", type=Path, default=None, help="results JSON path")
+    args = parser.parse_args(argv)
+    if args.seeds < 1 or args.trials_per_task < 1:
+        parser.error("--seeds and --trials-per-task must be at least 1")
+
+    from rich.console import Console
+
+    from tuner.targets import resolve_target
+
+    console = Console()
+    target = resolve_target("llvm")
+    out_path = args.out or results_path("time-to-quality")
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {
+        "machine": machine_header(),
+        "target": str(target),
+        "seeds": args.seeds,
+        "trials_per_task": args.trials_per_task,
+        "workloads": {},
+    }
+    with tempfile.TemporaryDirectory(prefix="ttq-") as tmp_dir:
+        tmp = Path(tmp_dir)
+        for workload in args.workloads:
+            rel, buckets = WORKLOADS[workload]
+            model_path = ROOT / rel
+            n_tasks = len(_bucket_tasks(model_path, target, buckets))
+            trials = n_tasks * args.trials_per_task
+            runs: list[RunResult] = []
+            # seeds outermost, variants interleaved: drift in the machine hits every variant
+            for seed in range(args.seeds):
+                for variant in args.variants:
+                    console.print(
+                        f"[bold]{workload}[/bold] seed {seed} {variant}: {n_tasks} tasks, "
+                        f"{trials} trials"
+                    )
+                    if variant == "stock":
+                        run = run_stock(workload, model_path, target, buckets, trials, seed, tmp)
+                    else:
+                        population = 512 if variant == "tunefarm-pop512" else None
+                        run = run_tunefarm(
+                            workload,
+                            model_path,
+                            target,
+                            buckets,
+                            trials,
+                            seed,
+                            population,
+                            tmp,
+                            variant,
+                        )
+                    final = run.final_sec
+                    console.print(
+                        f"  wall {run.wall_sec:.1f} s, final {final * 1e6:.1f} us"
+                        if final
+                        else f"  wall {run.wall_sec:.1f} s"
+                    )
+                    runs.append(run)
+            summary = summarize(runs)
+            png = out_path.with_name(f"{out_path.stem}-{workload}.png")
+            if summary["best_sec"]:
+                plot(workload, runs, summary["best_sec"], png)
+            results["workloads"][workload] = {
+                "model": rel,
+                "buckets": buckets,
+                "tasks": n_tasks,
+                "trials": trials,
+                "summary": summary,
+                "plot": png.name,
+                "runs": [asdict(r) for r in runs],
+            }
+            out_path.write_text(_dumps(results))
+    console.print(table(results))
+    console.print(f"results: {out_path}")
+    return 0
+
+
+def _dumps(obj: Any) -> str:
+    import json
+
+    return json.dumps(obj, indent=2, default=str)

@@ -1,0 +1,43 @@
+"""The time-to-quality benchmark's arithmetic: the model-latency curve and the summary."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.time_to_quality import RunResult, model_latency_curve, summarize
+
+
+def test_curve_starts_when_every_task_is_measured_and_only_falls() -> None:
+    weights = {"a": 2, "b": 1}
+    events = [
+        (1.0, "a", 10.0),  # b not measured yet: no model latency
+        (2.0, "b", 5.0),  # 2 x 10 + 5
+        (3.0, "a", 12.0),  # worse than a's best: no point
+        (4.0, "b", 0.0),  # a failed measurement (no time): ignored
+        (5.0, "x", 1.0),  # not a task of the model
+        (6.0, "a", 4.0),  # 2 x 4 + 5
+    ]
+    assert model_latency_curve(events, weights) == [(2.0, 25.0), (6.0, 13.0)]
+    assert model_latency_curve(events[:1], weights) == []
+
+
+def _run(variant: str, seed: int, curve: list[tuple[float, float]], wall: float) -> RunResult:
+    return RunResult("w", variant, seed, wall, 8, curve, {"search": wall / 10})
+
+
+def test_summary_times_to_levels_of_the_best_any_run_found() -> None:
+    runs = [
+        _run("tunefarm", 0, [(1.0, 20.0), (3.0, 10.0)], 4.0),
+        _run("tunefarm", 1, [(1.0, 20.0), (2.0, 10.6)], 4.0),
+        _run("stock", 0, [(2.0, 30.0), (6.0, 10.4)], 8.0),
+        _run("stock", 1, [(2.0, 30.0)], 8.0),  # never within 90%: counts its wall time
+    ]
+    out = summarize(runs)
+    assert out["best_sec"] == 10.0
+    tf, stock = out["variants"]["tunefarm"], out["variants"]["stock"]
+    assert tf["to_90"]["reached"] == "2/2" and tf["to_90"]["median"] == pytest.approx(2.5)
+    assert tf["to_95"]["reached"] == "1/2"  # 10.6 > 10 / 0.95
+    assert stock["to_90"]["reached"] == "1/2" and stock["to_90"]["median"] == pytest.approx(7.0)
+    assert tf["vs_stock"]["to_90"]["ratio"] == pytest.approx(2.5 / 7.0)
+    assert tf["search_share"]["median"] == pytest.approx(0.1)
+    assert tf["final_sec"]["median"] == pytest.approx(10.3)

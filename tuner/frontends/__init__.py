@@ -22,7 +22,6 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from database.errors import error_summary
 from tuner.errors import TuneFarmError
 from tuner.model import Reference
 
@@ -80,10 +79,6 @@ def quiet() -> Iterator[None]:
             yield
         finally:
             logging.disable(logging.NOTSET)
-
-
-# The old name, still imported by torch.py and onnx.py; new code calls error_summary.
-first_line = error_summary
 
 
 def identifier(name: str) -> str:

@@ -16,11 +16,11 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from database.errors import error_summary
 from tuner.errors import TuneFarmError
 from tuner.frontends import (
     Imported,
     detach,
-    first_line,
     identifier,
     quiet,
     rename_symbolic_vars,
@@ -34,20 +34,20 @@ def load_onnx(path: Path, *, keep_params: bool = False) -> Imported:
     try:
         proto = onnx.load(str(path))
     except Exception as err:
-        raise TuneFarmError(f"cannot read {path} as ONNX: {first_line(err)}") from None
+        raise TuneFarmError(f"cannot read {path} as ONNX: {error_summary(err)}") from None
     if not proto.graph.node:
         raise TuneFarmError(f"{path} holds no ONNX graph (no nodes)")
     try:
         onnx.checker.check_model(proto)
     except Exception as err:
-        raise TuneFarmError(f"{path} is not a valid ONNX model: {first_line(err)}") from None
+        raise TuneFarmError(f"{path} is not a valid ONNX model: {error_summary(err)}") from None
     from tvm.relax.frontend.onnx import from_onnx
 
     try:
         with quiet():
             mod = from_onnx(proto, keep_params_in_input=keep_params)
     except Exception as err:
-        raise TuneFarmError(f"cannot import {path} into Relax: {first_line(err)}") from None
+        raise TuneFarmError(f"cannot import {path} into Relax: {error_summary(err)}") from None
     mod = rename_symbolic_vars(mod, {n: identifier(n) for n in _dim_names(mod)})
     params: tuple = ()
     if keep_params:
@@ -81,7 +81,7 @@ def ort_runner(path: Path, threads: int) -> Callable[..., list[np.ndarray]]:
     try:
         session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
     except Exception as err:
-        raise TuneFarmError(f"ONNX Runtime cannot load the model: {first_line(err)}") from None
+        raise TuneFarmError(f"ONNX Runtime cannot load the model: {error_summary(err)}") from None
     names = [i.name for i in session.get_inputs()]
 
     def run(*inputs: np.ndarray) -> list[np.ndarray]:

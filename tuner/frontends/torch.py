@@ -25,12 +25,12 @@ from typing import Any
 
 import numpy as np
 
+from database.errors import error_summary
 from tuner.errors import TuneFarmError
 from tuner.frontends import (
     Imported,
     clip_takes,
     detach,
-    first_line,
     identifier,
     legalize_failure,
     quiet,
@@ -109,10 +109,10 @@ def load_exported(path: Path, *, keep_params: bool = False) -> Imported:
     except NodeImportError as err:
         raise TuneFarmError(
             f"cannot import {path} into Relax: {op_name(err.node)} at "
-            f"{describe_node(err.node)}: {first_line(err.cause)}; hint: {_hint(err.cause)}"
+            f"{describe_node(err.node)}: {error_summary(err.cause)}; hint: {_hint(err.cause)}"
         ) from None
     except Exception as err:
-        raise TuneFarmError(f"cannot import {path} into Relax: {first_line(err)}") from None
+        raise TuneFarmError(f"cannot import {path} into Relax: {error_summary(err)}") from None
     mod = clip_takes(mod)
     failure = legalize_failure(mod)
     if failure is not None:
@@ -121,7 +121,7 @@ def load_exported(path: Path, *, keep_params: bool = False) -> Imported:
         if failure.op:
             where = f" {failure.op} (from {op_name(node)}){where}" if node else f" {failure.op}"
         raise TuneFarmError(
-            f"cannot legalize {path}:{where}: {first_line(failure.error)}; hint: TVM cannot "
+            f"cannot legalize {path}:{where}: {error_summary(failure.error)}; hint: TVM cannot "
             "lower this operator with these shapes; export this part with static shapes or "
             "report it with the node's source line"
         )
@@ -151,7 +151,7 @@ def _load_program(torch: Any, path: Path, extra: dict[str, str]) -> Any:
             cls = _unregistered_type(path)
             if cls is None or cls in tried:
                 raise TuneFarmError(
-                    f"cannot read {path} as a torch.export program: {first_line(err)}"
+                    f"cannot read {path} as a torch.export program: {error_summary(err)}"
                 ) from None
             tried.add(cls)
             module = cls.rsplit(".", 1)[0]

@@ -15,9 +15,8 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 
 from benchmarks.common import stat
+from benchmarks.gpu_prebuilt import K, N, torch_timer
 from database.errors import error_summary
-
-K, N = 768, 2304
 
 
 def unavailable() -> str | None:
@@ -59,32 +58,6 @@ class MatmulF16:
 MODULES = {"float32": MatmulF32, "float16": MatmulF16}
 
 
-def _torch_timer() -> Callable[[np.ndarray, np.ndarray, int], dict[str, Any]] | None:
-    try:
-        import torch
-    except ImportError:
-        return None
-    if not torch.cuda.is_available():
-        return None
-
-    def time_torch(x: np.ndarray, w: np.ndarray, repeats: int) -> dict[str, Any]:
-        tx, tw = torch.from_numpy(x).cuda(), torch.from_numpy(w).cuda()
-        torch.matmul(tx, tw)
-        samples = []
-        for _ in range(repeats):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            number = 20
-            start.record()
-            for _ in range(number):
-                torch.matmul(tx, tw)
-            end.record()
-            torch.cuda.synchronize()
-            samples.append(start.elapsed_time(end) / 1e3 / number)
-        return stat(samples)
-
-    return time_torch
-
-
 def run(values: tuple[int, ...], repeats: int, log: Callable[[str], None]) -> dict[str, Any]:
     """Default (dlight) build vs torch at each M, for fp32 and fp16."""
     import tvm
@@ -96,7 +69,7 @@ def run(values: tuple[int, ...], repeats: int, log: Callable[[str], None]) -> di
 
     target = resolve_target("cuda")
     dev = tvm.cuda(0)
-    time_torch = _torch_timer()
+    time_torch = torch_timer()
     rows = []
     for dtype in ("float32", "float16"):
         ex, _ = compile(MODULES[dtype], target, None)

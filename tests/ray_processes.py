@@ -69,7 +69,8 @@ def _node_ports() -> list[str]:
 
 @dataclass
 class RayProcesses:
-    """Head and worker nodes of one private cluster; use as a context manager."""
+    """Head and worker nodes of one private cluster; use as a context manager. A worker's
+    ``"GPU": n`` declares n logical GPUs (no device behind them)."""
 
     worker_resources: list[dict[str, float]] = field(default_factory=lambda: [{}])
     head_cpus: int = 1
@@ -132,11 +133,14 @@ class RayProcesses:
                 ]
             )
             for resources in self.worker_resources:
+                resources = dict(resources)
+                gpus = int(resources.pop("GPU", 0))  # logical GPUs: `ray start --num-gpus`
                 self._start(
                     [
                         f"--address={self.gcs_address}",
                         "--node-ip-address=127.0.0.1",
                         "--num-cpus=1",
+                        f"--num-gpus={gpus}",
                         f"--resources={json.dumps(resources)}",
                         *_node_ports(),
                     ]

@@ -393,6 +393,9 @@ def logs(
 
 
 # ----------------------------------------------------------------- workers
+GPU_CHECK_TIMEOUT_S = 60
+
+
 def cluster_workers(address: str | None) -> list[dict[str, Any]]:
     """One row per node: resources, device runners, busy and quarantined slots."""
     nodes = state_get(address, "nodes")
@@ -440,9 +443,35 @@ def cluster_workers(address: str | None) -> list[dict[str, Any]]:
                 "busy": busy,
                 "building": building,
                 "quarantined": quarantined,
+                "gpu_unusable": None,
             }
         )
+    for nid, reason in gpu_check(address, [r["node_id"] for r in rows if r["gpus"]]).items():
+        for r in rows:
+            if r["node_id"] == nid:
+                r["gpu_unusable"] = reason
     return rows
+
+
+def gpu_check(address: str | None, node_ids: list[str]) -> dict[str, str | None]:
+    """Whether each GPU node's TVM can time CUDA kernels (None: it can), asked by a driver
+    process joined to the cluster's GCS (``$RAY_ADDRESS``, else ``--address``'s host at port
+    6379); when no driver can join, every GPU node gets that as its reason."""
+    if not node_ids:
+        return {}
+    import subprocess
+    import sys
+
+    gcs = os.environ.get("RAY_ADDRESS") or parse_address(address or dashboard_url(None)).gcs
+    cmd = [sys.executable, "-m", "workers.gpu", gcs, *node_ids]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=GPU_CHECK_TIMEOUT_S)
+        if out.returncode == 0:
+            return dict(json.loads(out.stdout))
+        why = error_summary(RuntimeError(out.stderr or f"exit {out.returncode}"), with_type=False)
+    except subprocess.TimeoutExpired:
+        why = f"no answer in {GPU_CHECK_TIMEOUT_S} s (wrong RAY_ADDRESS or auth token?)"
+    return dict.fromkeys(node_ids, f"not checked: cannot join {gcs} as a driver: {why}")
 
 
 def workers(address: AddressOpt = None, as_json: JsonOpt = False) -> None:
@@ -457,6 +486,9 @@ def workers(address: AddressOpt = None, as_json: JsonOpt = False) -> None:
     table.add_column("quarantined")
     for r in rows:
         state = r["state"] or "-"
+        devices = [escape(d) for d in r["devices"]]
+        if r["gpu_unusable"]:  # the GPU entry comes first
+            devices[0] += f" [red](unusable: {escape(r['gpu_unusable'])})[/red]"
         style = "green" if state == "ALIVE" else "red"
         busy = [*r["busy"], *([f"{r['building']} build(s)"] if r["building"] else [])]
         table.add_row(
@@ -466,7 +498,7 @@ def workers(address: AddressOpt = None, as_json: JsonOpt = False) -> None:
             f"{r['cpus']:g}",
             f"{r['gpus']:g}",
             f"{r['memory_gb']:g} GiB",
-            escape(", ".join(r["devices"]) or "-"),
+            ", ".join(devices) or "-",
             escape(", ".join(r["runners"]) or "-"),
             escape(", ".join(busy) or "-"),
             "[red]" + escape(", ".join(r["quarantined"])) + "[/red]" if r["quarantined"] else "-",

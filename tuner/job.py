@@ -334,6 +334,8 @@ def tune(
             budget = TrialBudget(config.trials - trials_before)
             builder = RayBuilder(ledger, config.measure, db)
             runner = RayRunner(ledger, config.measure, device_kind(target))
+            if not runner.has_devices():  # before any build: a cuda job on CPU-only TVM
+                raise TuneFarmError(runner.no_device_message())
             try:
                 for state, base in zip(
                     states,

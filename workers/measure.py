@@ -81,15 +81,16 @@ def measure_vm(
 ) -> RunResult:
     """Load ``artifact`` (an exported Relax VM library), time its ``main`` on random inputs.
 
-    ``tunefarm bench --address`` measures whole models this way on the cluster's runners."""
-    from tvm import relax
+    ``tunefarm bench --address`` measures whole models this way on the cluster's runners.
+    Needs only TVM's runtime (a runner node may carry no compiler)."""
+    from tvm.runtime.vm import VirtualMachine
 
     device = device_fingerprint(device_kind)
     worker = f"{os.uname().nodename}:{os.getpid()}"
     try:
         dev = tvm.device(device_kind, 0)
         with _loaded(artifact) as lib:
-            vm = relax.VirtualMachine(lib, dev)
+            vm = VirtualMachine(lib, dev)
             args = _alloc(args_info, dev, np.random.default_rng(0))
             vm["main"](*args)  # warm up (first-call allocation)
             evaluator = vm.time_evaluator(

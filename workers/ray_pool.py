@@ -441,13 +441,27 @@ class RayRunner(PyRunner):
         self._pool: RunnerPool | None = None
         self.wait_sec = 0.0  # driver time blocked on measurements, for the overhead split
 
+    def has_devices(self) -> bool:
+        """Whether the cluster has a device of this kind that can measure (asks once)."""
+        if self.slot_specs is None:
+            self.slot_specs = discover_slots(self.device_kind)
+        return bool(self.slot_specs)
+
+    def no_device_message(self) -> str:
+        """One line: why no device of this kind can measure."""
+        if self.device_kind == "cuda":
+            from workers.gpu import no_usable_gpu_message
+
+            return no_usable_gpu_message()
+        return f"the cluster has no {self.device_kind} device to measure on"
+
     @property
     def pool(self) -> RunnerPool:
         if self._pool is None:
-            specs = self.slot_specs or discover_slots(self.device_kind)
-            if not specs:
-                raise RuntimeError(f"the cluster has no {self.device_kind} device to measure on")
-            self._pool = RunnerPool(specs, self.config, self.policy)
+            if not self.has_devices():
+                raise RuntimeError(self.no_device_message())
+            assert self.slot_specs is not None
+            self._pool = RunnerPool(self.slot_specs, self.config, self.policy)
         return self._pool
 
     def run(self, runner_inputs: list[RunnerInput]) -> list[RunnerFuture]:

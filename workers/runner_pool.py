@@ -154,17 +154,25 @@ def discover_slots(kind: str, measure_fn: str = DEFAULT_MEASURE_FN) -> list[Slot
     """The cluster's devices of ``kind`` (``cpu``, ``cuda``, ``arm64``), one slot each.
 
     ``cpu``: every node advertising the ``tunefarm_cpu`` resource, else the driver's node.
-    ``cuda``: every GPU of every node. ``arm64``: nodes advertising ``tunefarm_arm64``, plus
-    RPC bridges (:func:`rpc_slots`), else the driver's node if it is an aarch64 machine.
+    ``cuda``: every GPU of every node whose TVM can time CUDA kernels (:mod:`workers.gpu`;
+    the others are left out, :func:`workers.gpu.unusable_gpus` says why). ``arm64``: nodes
+    advertising ``tunefarm_arm64``, plus RPC bridges (:func:`rpc_slots`), else the driver's
+    node if it is an aarch64 machine.
     """
     nodes = [n for n in ray.nodes() if n.get("Alive")]
+    cuda_ok: dict[str, str | None] = {}
+    if kind == "cuda":
+        from workers.gpu import gpu_nodes_status
+
+        gpu_nodes = [n["NodeID"] for n in nodes if n.get("Resources", {}).get("GPU")]
+        cuda_ok = gpu_nodes_status(gpu_nodes)
     slots: list[SlotSpec] = []
     for n in sorted(nodes, key=lambda n: n["NodeID"]):
         res, nid = n.get("Resources", {}), n["NodeID"]
         short = nid[:8]
         if kind == "cpu" and res.get(CPU_RESOURCE):
             slots.append(SlotSpec(f"cpu@{short}", "cpu", nid, measure_fn=measure_fn))
-        elif kind == "cuda":
+        elif kind == "cuda" and cuda_ok.get(nid) is None:
             for i in range(int(res.get("GPU", 0))):
                 slots.append(
                     SlotSpec(f"cuda{i}@{short}", "cuda", nid, num_gpus=1, measure_fn=measure_fn)

@@ -136,3 +136,20 @@ def test_workers_jobs_submit_status_logs(cluster: RayProcesses, tmp_path: Path) 
     assert stats(Storage(db, create=False))["valid_records"] >= 3
     missing = runner.invoke(app, ["status", "tunefarm-nope", *addr], env=env)
     _one_line_error(missing, "no job 'tunefarm-nope'")
+
+
+def test_workers_lists_a_gpu_whose_tvm_cannot_run_cuda_as_unusable() -> None:
+    import tvm
+
+    if tvm.runtime.enabled("cuda"):
+        pytest.skip("this TVM has a CUDA runtime")
+    with RayProcesses(worker_resources=[{"GPU": 1}]) as procs:
+        env = {"RAY_AUTH_TOKEN": procs.token, "RAY_AUTH_MODE": "token"}
+        env["RAY_ADDRESS"] = procs.gcs_address  # the driver that asks the GPU node
+        res = runner.invoke(app, ["workers", "--address", procs.dashboard, "--json"], env=env)
+        assert res.exit_code == 0, res.output
+        rows = {r["gpus"]: r for r in json.loads(res.output)}
+        assert rows[0]["gpu_unusable"] is None
+        assert "CUDA runtime" in rows[1]["gpu_unusable"], rows[1]
+        table = runner.invoke(app, ["workers", "--address", procs.dashboard], env=env)
+        assert table.exit_code == 0 and "unusable" in table.output, table.output

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import tomllib
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,3 +24,9 @@ def test_cluster_yaml_is_a_valid_launcher_config() -> None:
     assert CPU_RESOURCE not in types["head"]["resources"]
     setup = " ".join(raw["setup_commands"])
     assert "pip install" in setup and "tunefarm" in setup
+    # GPU nodes: the gpu extra (NVRTC) is installed and the node's setup fails when its GPU
+    # cannot time CUDA kernels (docs/cluster.md#gpu-nodes)
+    gpu_setup = " ".join(types["gpu"]["worker_setup_commands"])
+    assert "[gpu]" in gpu_setup and "python -m workers.gpu" in gpu_setup
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert any(d.startswith("cuda-bindings") for d in project["optional-dependencies"]["gpu"])

@@ -59,3 +59,43 @@ def test_cuda_runner_measures_on_every_gpu() -> None:
             assert "sm_" in entry.run.device
         finally:
             runner.shutdown()
+
+
+@pytest.mark.ray
+def test_a_gpu_whose_tvm_has_no_cuda_runtime_is_unusable_and_a_cuda_job_stops_at_once(
+    tmp_path,
+) -> None:
+    """Where TVM's CUDA runtime does not load (here: no driver), a GPU (a logical one) is never a
+    runner slot, and a cuda tune fails in one line naming why, before building anything."""
+    if tvm.runtime.enabled("cuda"):
+        pytest.skip("this TVM has a CUDA runtime")
+    import ray
+    from typer.testing import CliRunner
+
+    from database import Storage
+    from database.queries import stats
+    from tests.conftest import TINY
+    from tuner.cli import app
+    from workers.gpu import unusable_gpus
+    from workers.runner_pool import discover_slots
+
+    ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False)
+    try:
+        assert discover_slots("cuda") == []
+        (bad,) = unusable_gpus()
+        assert bad["gpus"] == 1 and "CUDA runtime" in bad["reason"], bad
+        url = f"sqlite:///{tmp_path / 'cuda.db'}"
+        args = ["tune", str(TINY), "--target", "cuda", "--arch", "sm_89", "--trials", "4"]
+        result = CliRunner().invoke(app, [*args, "--db", url])
+    finally:
+        ray.shutdown()
+    assert result.exit_code == 1, result.output
+    lines = [line for line in result.output.strip().splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: no usable GPU"), result.output
+    assert "CUDA runtime" in lines[0] and "docs/cluster.md#gpu-nodes" in lines[0]
+    storage = Storage(url, create=False)
+    try:
+        counts = stats(storage)
+        assert counts["records"] == 0 and counts["jobs"] == 1  # nothing built or measured
+    finally:
+        storage.dispose()

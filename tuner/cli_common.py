@@ -98,7 +98,7 @@ class CompactGroup(TyperGroup):
             sys.exit(err.exit_code)
         except click_errors.ClickException as err:
             sys.exit(_usage_error(err))
-        except (click_errors.Abort, typer.Abort):
+        except typer.Abort:  # typer 0.29 vendors click without its Abort
             err_console.print("[red]error:[/red] aborted", highlight=False)
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)

@@ -9,6 +9,7 @@ which lookup level (same device, same target, same architecture, same target kin
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import tvm
 from tvm import relax
@@ -180,15 +181,7 @@ def compile(
     @tvm.transform.module_pass(opt_level=3)
     def lower(m: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         if is_gpu:
-            from tvm.s_tir import dlight as dl
-
-            m = dl.ApplyDefaultSchedule(
-                dl.gpu.Matmul(),
-                dl.gpu.GEMV(),
-                dl.gpu.Reduction(),
-                dl.gpu.GeneralReduction(),
-                dl.gpu.Fallback(),
-            )(m)
+            m = default_gpu_schedule(m)
         passes = [
             *backend_passes(target, "dataflow_lower_passes"),
             *backend_passes(target, "finalize_passes"),
@@ -198,3 +191,36 @@ def compile(
     with target, tvm.transform.PassContext(opt_level=3):
         ex = relax.build(applied, target=target, relax_pipeline=lower)
     return ex, report
+
+
+def _gpu_rules() -> list[Any]:
+    from tvm.s_tir import dlight as dl
+
+    return [
+        dl.gpu.Matmul(),
+        dl.gpu.GEMV(),
+        dl.gpu.Reduction(),
+        dl.gpu.GeneralReduction(),
+        dl.gpu.Fallback(),
+    ]
+
+
+def default_gpu_schedule(mod: tvm.IRModule) -> tvm.IRModule:
+    """dlight's default GPU schedules for every kernel without one (call inside a target
+    scope): what an untuned kernel runs as on a GPU. An unscheduled kernel binds no threads,
+    so it would run as host code on device memory."""
+    from tvm.s_tir import dlight as dl
+
+    return dl.ApplyDefaultSchedule(*_gpu_rules())(mod)
+
+
+def default_gpu_trace(task_mod: tvm.IRModule, target: tvm.target.Target) -> tvm.s_tir.Schedule:
+    """dlight's default schedule of a one-kernel workload as a schedule whose trace replays on
+    it, so the untuned GPU kernel can be recorded as a candidate like the CPU's empty trace."""
+    from tvm.s_tir.dlight.base.transform import _apply_rules
+
+    with target:
+        found = _apply_rules(task_mod["main"], target, _gpu_rules(), tunable=False)
+    if not found:  # Fallback takes any kernel; this is a kernel dlight cannot schedule
+        raise TuneFarmError(f"no default GPU schedule for {task_mod['main'].attrs}")
+    return found[0]

@@ -43,6 +43,10 @@ def preset(name: str, arch: str | None = None) -> dict:
         return {
             "kind": "cuda",
             "arch": arch,
+            # MetaSchedule's thread binding needs these (the values of every sm_70+ GPU)
+            "max_threads_per_block": 1024,
+            "max_shared_memory_per_block": 49152,
+            "thread_warp_size": 32,
             "host": {"kind": "llvm", "mcpu": host_cpu(), "num-cores": cores},
         }
     if name == "arm64":

@@ -99,3 +99,21 @@ def test_a_gpu_whose_tvm_has_no_cuda_runtime_is_unusable_and_a_cuda_job_stops_at
         assert counts["records"] == 0 and counts["jobs"] == 1  # nothing built or measured
     finally:
         storage.dispose()
+
+
+def test_the_default_gpu_schedule_is_a_candidate_whose_trace_replays() -> None:
+    """On a GPU the untuned kernel is dlight's schedule; its trace replays on the workload to
+    the same module, so it is recorded (and found again by the compiler) like any candidate."""
+    from tuner.compile import default_gpu_schedule, default_gpu_trace
+    from tuner.targets import resolve_target
+
+    mod = matmul_mod(64, 64, 64)
+    target = resolve_target("cuda", "sm_90")
+    sch = default_gpu_trace(mod, target)
+    assert len(sch.trace.insts) > 3  # bound to threads, not the unscheduled kernel
+    replayed = tvm.s_tir.Schedule(mod)
+    sch.trace.apply_to_schedule(replayed, remove_postproc=False)
+    tvm.ir.assert_structural_equal(replayed.mod["main"], sch.mod["main"])
+    with target:
+        whole = default_gpu_schedule(mod)
+    tvm.ir.assert_structural_equal(whole["main"].without_attr("tirx.is_scheduled"), sch.mod["main"])

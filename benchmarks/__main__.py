@@ -2,7 +2,7 @@
 model tuned, then TuneFarm tuned / untuned vs its reference, torch.compile and ONNX Runtime),
 ``suite`` (the whole scoreboard, ``make bench``; see :mod:`benchmarks.suite`), ``symbolic``,
 ``database``, ``cost-model``, ``warm-start``, ``cost-model-study``, ``throughput``,
-``time-to-quality`` (:mod:`benchmarks.time_to_quality`).
+``time-to-quality`` (:mod:`benchmarks.time_to_quality`), ``ceiling`` (:mod:`benchmarks.ceiling`).
 
 All ratios are measured side by side in one run. Usage::
 
@@ -51,6 +51,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.time_to_quality import main as ttq_main
 
         return ttq_main(argv[1:])
+    if argv and argv[0] == "ceiling":
+        from benchmarks.ceiling import main as ceiling_main
+
+        return ceiling_main(argv[1:])
     if argv and argv[0] == "models":
         argv = argv[1:]
     from benchmarks.models import main as models_main

@@ -459,12 +459,29 @@ def _search(
         _search_split(tasks, contexts, db, builder, runner, recorder, config, budget, cost_model)
         _store_features(cost_model, db, target)
         return
+    workers = (builder, runner, db, cost_model, recorder)
+    _tune_tasks(contexts, [float(t.weight) for t in tasks], remaining, per_round, *workers)
+    _store_features(cost_model, db, target)
+
+
+def _tune_tasks(
+    contexts: list[Any],
+    weights: list[float],
+    trials: int,
+    per_round: int,
+    builder: RayBuilder,
+    runner: RayRunner,
+    db: TuneFarmDatabase,
+    cost_model: Any,
+    recorder: JobRecorder,
+) -> None:
+    """MetaSchedule's task loop (gradient scheduler) over ``contexts`` for ``trials``."""
     with tempfile.TemporaryDirectory(prefix="tunefarm-") as work_dir:
         ms.tune.tune_tasks(
             tasks=contexts,
-            task_weights=[float(t.weight) for t in tasks],
+            task_weights=weights,
             work_dir=work_dir,
-            max_trials_global=remaining,
+            max_trials_global=trials,
             num_trials_per_iter=per_round,
             builder=builder,
             runner=runner,
@@ -473,7 +490,6 @@ def _search(
             measure_callbacks=[recorder, ms.measure_callback.UpdateCostModel()],
             task_scheduler=ms.TaskScheduler.create("gradient"),
         )
-    _store_features(cost_model, db, target)
 
 
 def _store_features(cost_model: Any, db: TuneFarmDatabase, target: tvm.target.Target) -> None:
@@ -503,20 +519,9 @@ def _search_split(
             continue
         recorder.index = [i]
         try:
-            with tempfile.TemporaryDirectory(prefix="tunefarm-") as work_dir:
-                ms.tune.tune_tasks(
-                    tasks=[contexts[i]],
-                    task_weights=[float(task.weight)],
-                    work_dir=work_dir,
-                    max_trials_global=left,
-                    num_trials_per_iter=trials_per_round(config.trials_per_iter, left, 1),
-                    builder=builder,
-                    runner=runner,
-                    database=db,
-                    cost_model=cost_model,
-                    measure_callbacks=[recorder, ms.measure_callback.UpdateCostModel()],
-                    task_scheduler=ms.TaskScheduler.create("gradient"),
-                )
+            per_round = trials_per_round(config.trials_per_iter, left, 1)
+            workers = (builder, runner, db, cost_model, recorder)
+            _tune_tasks([contexts[i]], [float(task.weight)], left, per_round, *workers)
         finally:
             recorder.index = None
 

@@ -490,21 +490,8 @@ class Planner:
     ) -> list[float]:
         """Time of ``km`` at each profile value under the dispatch of ``trials``' buckets;
         with ``served``, adds per bucket the traffic x work scale its kernels serve."""
-        kernels, generic = self._dispatch(km, trials)
-        if not kernels:
-            return [km.generic(v) for v, _ in self.values]
-        top = max(b.value for b in kernels)
-        above = KernelDispatch(
-            km.name,
-            self.var,
-            tuple(kernels),
-            generic=tuple(generic),
-            degree=km.degree,
-            buffers=km.buffers,
-        ).above
         out = []
-        for v, w in self.values:
-            bk = _pick(kernels, generic, km.degree, km.buffers, v) if v <= top else above
+        for (v, w), bk in zip(self.values, self._served_by(km, trials), strict=True):
             if bk is None:
                 out.append(km.generic(v))
                 continue
@@ -717,9 +704,20 @@ class Planner:
         return tuple(out)
 
     def _share(self, km: KernelModel, trials: dict[int, int], value: int) -> float:
+        """The traffic share the bucket ``value``'s kernels serve."""
+        served = self._served_by(km, trials)
+        return sum(
+            w
+            for (_, w), bk in zip(self.values, served, strict=True)
+            if bk is not None and bk.value == value
+        )
+
+    def _served_by(self, km: KernelModel, trials: dict[int, int]) -> list[BucketKernel | None]:
+        """The bucket kernel the dispatch of ``trials``' buckets calls at each profile value
+        (None: the generic kernel)."""
         kernels, generic = self._dispatch(km, trials)
         if not kernels:
-            return 0.0
+            return [None] * len(self.values)
         top = max(b.value for b in kernels)
         above = KernelDispatch(
             km.name,
@@ -729,12 +727,10 @@ class Planner:
             degree=km.degree,
             buffers=km.buffers,
         ).above
-        share = 0.0
-        for v, w in self.values:
-            bk = _pick(kernels, generic, km.degree, km.buffers, v) if v <= top else above
-            if bk is not None and bk.value == value:
-                share += w
-        return share
+        return [
+            _pick(kernels, generic, km.degree, km.buffers, v) if v <= top else above
+            for v, _ in self.values
+        ]
 
     def _why(self, km: KernelModel, tm: TaskModel, trials: int, share: float) -> str:
         if km.reason:

@@ -37,6 +37,7 @@ from benchmarks.common import machine_header, results_path
 from database import Measurement, Storage, TuneFarmDatabase
 from database.models import RecordRow, WorkloadRow, utcnow
 from database.targets import TargetKey
+from tuner.cli.render import LiveProgress
 from workers.fingerprint import cpu_fingerprint
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -185,7 +186,9 @@ def _job_share(console: Console, trials: int) -> dict[str, float]:
         config = TuneConfig(
             trials=trials, trials_per_iter=8, seed=0, measure=MeasureConfig(min_repeat_ms=10)
         )
-        summary = tune(model.mod, resolve_target("llvm"), storage, config, console=console)
+        summary = tune(
+            model.mod, resolve_target("llvm"), storage, config, progress=LiveProgress(console)
+        )
     return {
         "trials": trials,
         "wall_sec": summary.wall_sec,

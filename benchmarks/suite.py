@@ -182,12 +182,6 @@ class Run:
         return self._target
 
 
-def _quiet() -> Any:
-    from rich.console import Console
-
-    return Console(file=io.StringIO())
-
-
 # --------------------------------------------------------------------------- tuning
 def tune_qkv(run: Run) -> dict[str, Any]:
     """TuneFarm and stock MetaSchedule on the QKV matmul, one bucket at a time, same budget.
@@ -198,10 +192,10 @@ def tune_qkv(run: Run) -> dict[str, Any]:
     if run._tuned is not None:
         return run._tuned
     from database import Storage, TuneFarmDatabase
-    from tuner.buckets import bucket_tasks
     from tuner.fastimport import preload_tensor_intrin
     from tuner.job import TuneConfig, trials_per_round, tune
     from tuner.model import load_model
+    from tuner.symbolic.buckets import bucket_tasks
     from workers.config import MeasureConfig
 
     s, target = run.settings, run.target
@@ -228,7 +222,6 @@ def tune_qkv(run: Run) -> dict[str, Any]:
             TuneConfig(trials=s.trials_per_bucket, seed=0, measure=measure),
             buckets={"M": [bucket]},
             model_name=f"qkv-M{bucket}",
-            console=_quiet(),
         )
         curve = _tunefarm_curve(storage, TuneFarmDatabase(storage), out["tasks"][bucket], t0)
         out["jobs"][bucket] = {"summary": summary.to_dict(), "curve": curve}
@@ -350,7 +343,7 @@ def _tunefarm_static(db: Any, task: Any, target: Any) -> Any:
     if found is None:
         return None
     sch = tvm.s_tir.Schedule(task.mod)
-    found[0].trace.apply_to_schedule(sch, remove_postproc=False)
+    found.record.trace.apply_to_schedule(sch, remove_postproc=False)
     return sch.mod["main"]
 
 
@@ -371,8 +364,9 @@ def sweep(
     import tvm
     from tvm import relax
 
-    from tuner.bench import _compare, _flatten, random_inputs
+    from tuner.bench import compare_outputs, random_inputs
     from tuner.compile import compile
+    from tuner.frontends.reference import flat_outputs
 
     s, target, dev = run.settings, run.target, tvm.cpu()
     assert run.baseline is not None
@@ -389,11 +383,11 @@ def sweep(
     for value in values:
         args = random_inputs(model.mod["main"], {var: value}, np.random.default_rng(0))
         targs = [tvm.runtime.tensor(a, device=dev) for a in args]
-        expected = _flatten([np.asarray(model.numpy_reference(*args))])
+        expected = flat_outputs([np.asarray(model.numpy_reference(*args))])
         row: dict[str, Any] = {var: value, "flops": flops_of(value)}
         timers: Timers = {}
         for name, vm in vms.items():
-            _, agree = _compare(_flatten(vm["main"](*targs)), expected)
+            _, agree = compare_outputs(flat_outputs(vm["main"](*targs)), expected)
             row[f"{name}_agree"] = agree
             timers[name] = tvm_timer(vm, "main", dev, targs, s)
         if extra is not None:
@@ -478,9 +472,9 @@ def part_kernels(run: Run) -> dict[str, Any]:
 def part_examples(run: Run) -> dict[str, Any]:
     from benchmarks.symbolic import tune_buckets
     from database import Storage, TuneFarmDatabase
-    from tuner.buckets import bucket_tasks
     from tuner.fastimport import preload_tensor_intrin
     from tuner.model import load_model
+    from tuner.symbolic.buckets import bucket_tasks
 
     s, target = run.settings, run.target
     model = load_model(ROOT / MLP)
@@ -492,7 +486,7 @@ def part_examples(run: Run) -> dict[str, Any]:
         preload_tensor_intrin()
         storage = Storage(f"sqlite:///{run.tmp}/examples.db")
         run.log(f"examples: tuning {MLP} at b={s.example_buckets}, {budget} trials")
-        summary = tune_buckets(model, target, storage, buckets, budget, "mlp_dynamic", _quiet())
+        summary = tune_buckets(model, target, storage, buckets, budget, "mlp_dynamic", None)
         db = TuneFarmDatabase(storage)
     flops = lambda b: 2.0 * b * 256 * 512 * 2  # noqa: E731  (two matmuls)
     rows = sweep(run, model, "b", s.example_values, db, flops)

@@ -30,12 +30,13 @@ from rich.table import Table
 from benchmarks.common import machine_header, results_path
 from database import Storage, TuneFarmDatabase
 from tuner.bench import bench, sweep_values
-from tuner.buckets import bucket_tasks, choose_buckets, upper_bounds
+from tuner.cli.render import LiveProgress
 from tuner.fastimport import preload_tensor_intrin
 from tuner.job import TuneConfig, tune
 from tuner.model import load_model
 from tuner.pipeline import normalize, prepare
-from tuner.rangekernel import transplant
+from tuner.symbolic.buckets import bucket_tasks, choose_buckets, upper_bounds
+from tuner.symbolic.rangekernel import transplant
 from tuner.targets import resolve_target
 from workers.config import MeasureConfig
 
@@ -84,11 +85,11 @@ def range_vs_static(
         found = db.best(bt.task.mod, target)
         if found is None or base not in [gv.name_hint for gv in prepared.functions]:
             continue
-        rk = transplant(normalize(prepared[base])["main"], found[0].trace, var)
+        rk = transplant(normalize(prepared[base])["main"], found.record.trace, var)
         if rk is None:
             continue
         sch = tvm.s_tir.Schedule(bt.task.mod)
-        found[0].trace.apply_to_schedule(sch, remove_postproc=False)
+        found.record.trace.apply_to_schedule(sch, remove_postproc=False)
         static_func = sch.mod["main"]
         range_func = rk.func
         tile = rk.tile
@@ -162,7 +163,7 @@ def tune_buckets(
     buckets: dict[str, list[int]],
     budget: int,
     model_name: str,
-    console: Console,
+    console: Console | None,
 ) -> Any:
     """The benchmarks' tune of a symbolic model: seed 0, 30 ms timed repeats, ``budget``
     trials over its bucket tasks (the job summary)."""
@@ -171,7 +172,7 @@ def tune_buckets(
         target,
         storage,
         TuneConfig(trials=budget, seed=0, measure=MeasureConfig(min_repeat_ms=30)),
-        console=console,
+        progress=LiveProgress(console) if console is not None else None,
         buckets=buckets,
         model_name=model_name,
     )

@@ -112,8 +112,10 @@ def builds_per_second(builders: int, n: int, offset: int) -> dict[str, Any]:
     from tvm.s_tir.meta_schedule.builder import BuilderInput
 
     from tuner.targets import resolve_target
+    from workers.builder import RayBuilder
     from workers.config import MeasureConfig
-    from workers.ray_pool import Ledger, RayBuilder, RayConnection
+    from workers.connection import RayConnection
+    from workers.ledger import Ledger
 
     target = resolve_target("llvm")
     with RayConnection(num_cpus=builders):
@@ -165,9 +167,10 @@ def dispatch(
 ) -> dict[str, Any]:
     import ray
 
-    from workers.config import MeasureConfig
-    from workers.ray_pool import RayConnection
-    from workers.runner_pool import FaultPolicy, RunnerPool, SlotSpec
+    from workers.config import FaultPolicy, MeasureConfig
+    from workers.connection import RayConnection
+    from workers.runner_pool import RunnerPool
+    from workers.slots import SlotSpec
 
     fn = "benchmarks.throughput:sleep_measure"
     out: dict[str, Any] = {"sleep_ms": sleep_s * 1000, "in_flight": in_flight, "scaling": []}

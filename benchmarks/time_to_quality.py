@@ -95,8 +95,8 @@ def model_latency_curve(
 
 
 def _bucket_tasks(model_path: Path, target: Any, buckets: dict[str, list[int]]) -> list[Any]:
-    from tuner.buckets import bucket_tasks
     from tuner.model import load_model
+    from tuner.symbolic.buckets import bucket_tasks
 
     return bucket_tasks(load_model(model_path).mod, target, buckets)
 

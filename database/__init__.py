@@ -11,11 +11,18 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from database.errors import DatabaseError, error_summary
-    from database.ms_database import LOOKUP_LEVELS, Measurement, TuneFarmDatabase, shash_of
+    from database.ms_database import (
+        LOOKUP_LEVELS,
+        BestRecord,
+        Measurement,
+        TuneFarmDatabase,
+        shash_of,
+    )
     from database.storage import DEFAULT_URL, Storage, default_url, redact
     from database.targets import TargetKey
 
 _HOME = {
+    "BestRecord": "database.ms_database",
     "DEFAULT_URL": "database.storage",
     "LOOKUP_LEVELS": "database.ms_database",
     "DatabaseError": "database.errors",
@@ -32,6 +39,7 @@ _HOME = {
 __all__ = [
     "DEFAULT_URL",
     "LOOKUP_LEVELS",
+    "BestRecord",
     "DatabaseError",
     "Measurement",
     "Storage",

@@ -14,7 +14,7 @@ import logging
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import tvm
 import tvm_ffi
@@ -25,7 +25,7 @@ from tvm.ir import IRModule
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord, Workload
 
-from database.models import JobRow, RecordRow, WorkloadRow
+from database.models import EMPTY_TRACE, JobRow, RecordRow, WorkloadRow
 from database.storage import Storage
 from database.targets import TargetKey
 from database.transfer import adapt_trace, bucket_distance
@@ -35,6 +35,15 @@ log = logging.getLogger("tunefarm.database")
 # Lookup levels, most specific first: the same device (fingerprint) and target, the same
 # target, the same target kind and architecture, the same target kind. Never across kinds.
 LOOKUP_LEVELS = ("device", "target", "arch", "kind")
+
+
+class BestRecord(NamedTuple):
+    """What :meth:`TuneFarmDatabase.best` found: the record, the lookup level that found it
+    (one of ``LOOKUP_LEVELS``) and its mean run time in seconds."""
+
+    record: TuningRecord
+    level: str
+    mean_sec: float
 
 
 def shash_of(obj: Any) -> str:
@@ -222,7 +231,6 @@ def _best_queries(limit: int | None = 1) -> dict[str, Any]:
 
 _BEST_QUERIES = _best_queries()
 _RANKED_QUERIES = _best_queries(limit=None)  # every valid record, when the best cannot serve
-_EMPTY_TRACE = json.dumps([[], []])  # the untuned default schedule, as tune records it
 
 
 @derived_object
@@ -560,8 +568,8 @@ class TuneFarmDatabase(PyDatabase):
 
     def best(
         self, mod: IRModule, target: tvm.target.Target, device: str | None = None
-    ) -> tuple[TuningRecord, str, float] | None:
-        """The best valid record of ``mod`` for ``target``: (record, level, mean seconds).
+    ) -> BestRecord | None:
+        """The best valid record of ``mod`` for ``target``, with its lookup level.
 
         Levels (``LOOKUP_LEVELS``), most specific first: ``device`` (same target measured on a
         device with the same fingerprint, default ``self.device``), ``target`` (same target),
@@ -580,7 +588,7 @@ class TuneFarmDatabase(PyDatabase):
             wid, level, row = found
             record = self._usable_record(wid, mod, row)
             if record is not None:
-                return record, level, row.mean_sec
+                return BestRecord(record, level, row.mean_sec)
             unusable = unusable | {row.trace_json}
 
     def _usable_record(self, wid: int, mod: IRModule, row: Any) -> TuningRecord | None:
@@ -620,7 +628,7 @@ class TuneFarmDatabase(PyDatabase):
         query = select(func.min(RecordRow.mean_sec)).where(
             RecordRow.workload_id == wid,
             RecordRow.target_key == TargetKey.of(target).key,
-            RecordRow.trace_json == _EMPTY_TRACE,
+            RecordRow.trace_json == EMPTY_TRACE,
         )
         return self.storage.run(lambda s: s.scalar(query), write=False)
 

@@ -36,9 +36,12 @@ import tvm
 from tvm import relax
 
 from database import TuneFarmDatabase
+from database.errors import error_summary
 from tuner.compile import BuildReport, compile
 from tuner.errors import TuneFarmError
+from tuner.frontends.reference import flat_outputs
 from tuner.model import Model
+from tuner.symbolic.walk import missing_vars
 
 RTOL, ATOL = 1e-4, 1e-5
 NOISY = 0.25  # (max - min) / median over the repeats above this: the figure is marked noisy
@@ -281,8 +284,7 @@ def random_inputs(
             if isinstance(dim, tvm.tirx.IntImm):
                 shape.append(int(dim))
             else:
-                dim_vars = tvm.tirx.analysis.undefined_vars(dim)
-                missing = [v.name for v in dim_vars if v.name not in values]
+                missing = missing_vars(dim, values)
                 if missing:
                     raise TuneFarmError(
                         f"symbolic dim {', '.join(missing)} needs a value: pass --shape "
@@ -316,20 +318,12 @@ class _VM:
         tvm_args = [tvm.runtime.tensor(a, device=self.dev) for a in args]
         self.called.clear()
         self.vm.set_instrument(self._instrument)
-        out = _flatten(self.vm["main"](*tvm_args))
+        out = flat_outputs(self.vm["main"](*tvm_args))
         self.vm.set_instrument(None)  # time without the instrument's overhead
         evaluator = self.vm.time_evaluator(
             "main", self.dev, number=1, repeat=1, min_repeat_ms=min_repeat_ms
         )
         return out, list(self.called), lambda: float(evaluator(*tvm_args).results[0])
-
-
-def _flatten(out: Any) -> list[np.ndarray]:
-    if hasattr(out, "numpy"):
-        return [out.numpy()]
-    if isinstance(out, np.ndarray):
-        return [out]
-    return [a for item in out for a in _flatten(item)]
 
 
 def _sample(fn: Callable[..., Any], args: list[np.ndarray], min_sec: float) -> float:
@@ -378,7 +372,8 @@ def _interleave(
     return out
 
 
-def _compare(outs: list[np.ndarray], expected: list[np.ndarray]) -> tuple[float, bool]:
+def compare_outputs(outs: list[np.ndarray], expected: list[np.ndarray]) -> tuple[float, bool]:
+    """(largest error, whether every output agrees with ``expected`` within tolerance)."""
     if [o.shape for o in outs] != [e.shape for e in expected]:
         raise TuneFarmError(
             f"output shapes {[o.shape for o in outs]} differ from the reference "
@@ -429,7 +424,7 @@ class _Other:
 
 def _one_line(err: BaseException) -> str:
     if isinstance(err, TuneFarmError):
-        return str(err).strip().splitlines()[0] if str(err).strip() else "error"
+        return error_summary(err, with_type=False)
     from tuner.frontends.torch import root_cause
 
     return root_cause(err)
@@ -522,7 +517,7 @@ def _runtime_result(other: _Other, i: int, expected: list[np.ndarray]) -> Runtim
     if i not in other.outs:
         return RuntimeResult(other.name, error=other.errors.get(i) or other.error)
     try:
-        max_err, agree = _compare(other.outs[i], expected)
+        max_err, agree = compare_outputs(other.outs[i], expected)
         error = None
     except TuneFarmError as err:
         max_err, agree, error = None, False, str(err)
@@ -563,7 +558,7 @@ def bench(
         raise TuneFarmError(
             f"unknown runtime(s) {', '.join(unknown)} (known: {', '.join(RUNTIMES)})"
         )
-    from tuner.buckets import upper_bounds
+    from tuner.symbolic.buckets import upper_bounds
 
     bounds = upper_bounds(model.mod)
     for shape in shapes or []:
@@ -610,7 +605,7 @@ def bench(
         if model.reference is not None and ref is not None:
             expected, reference_sec, spread["reference"] = ref
             reference_name = model.reference.name
-        max_err, agree = _compare(outs, expected)
+        max_err, agree = compare_outputs(outs, expected)
         results.append(
             BenchResult(
                 untuned_sec=medians["untuned"][0],

@@ -15,10 +15,10 @@ import tvm
 from tvm import relax
 
 from database import Storage, TuneFarmDatabase
-from tuner.dispatch import KernelDispatch, add_dispatch
 from tuner.errors import TuneFarmError
 from tuner.fastimport import preload_tensor_intrin
 from tuner.pipeline import backend_passes, legalize, normalize, prepare, symbolic_vars_of
+from tuner.symbolic.dispatch import KernelDispatch, add_dispatch
 from workers import fast_math
 from workers.fingerprint import local_device_for
 
@@ -112,8 +112,8 @@ def inspect_kernels(
                 name=name,
                 calls=counts.get(name, 1),
                 source=source,
-                level=found[1] if found else None,
-                mean_sec=found[2] if found else None,
+                level=found.level if found else None,
+                mean_sec=found.mean_sec if found else None,
                 symbolic=symbolic,
                 dispatch=plan.describe() if plan else None,
             )
@@ -156,7 +156,7 @@ def compile(
 
     ``db`` may be a database, a storage or a URL; ``None`` builds the untuned default.
     Symbolic kernels dispatch at run time to range kernels of their tuned buckets (see
-    :mod:`tuner.dispatch`). With ``strict``, a kernel without a tuned record is an error.
+    :mod:`tuner.symbolic.dispatch`). With ``strict``, a kernel without a tuned record is an error.
     """
     if isinstance(db, str):
         db = Storage(db, create=False)

@@ -12,7 +12,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import tvm
-from rich.console import Console
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.builder import BuilderInput
@@ -22,16 +21,19 @@ from tvm.s_tir.meta_schedule.runner import RunnerInput
 
 from database import Measurement, Storage, TuneFarmDatabase, shash_of
 from database.models import utcnow
-from tuner.buckets import bucket_tasks, choose_buckets, symbolic_vars
 from tuner.cost_model import check_name, create_cost_model
 from tuner.errors import TuneFarmError
 from tuner.fastimport import preload_tensor_intrin
 from tuner.pipeline import Task, extract_tasks, prepare
-from tuner.progress import ProgressView, TaskState
+from tuner.progress import JobProgress, SilentProgress, TaskState
+from tuner.symbolic.buckets import bucket_tasks, choose_buckets, symbolic_vars
 from tuner.targets import device_kind
+from workers.builder import RayBuilder
 from workers.config import MeasureConfig
-from workers.ray_pool import Ledger, RayBuilder, RayConnection, RayRunner, TrialBudget
+from workers.connection import RayConnection
+from workers.ledger import Ledger, TrialBudget
 from workers.results import ErrorKind
+from workers.runner import RayRunner
 
 log = logging.getLogger("tunefarm.job")
 
@@ -52,7 +54,7 @@ class TuneConfig:
     # seed each bucket's search with the refitted best schedules of its other buckets
     # (database.transfer; opt-in: two benchmark seeds were inconclusive)
     transfer: bool = False
-    # a planned split (tuner.planner): task name -> the records it should have after the
+    # a planned split (tuner.symbolic.planner): task name -> the records it should have after the
     # job; each listed task is searched on its own up to its count (None: the gradient
     # scheduler shares the budget)
     task_trials: tuple[tuple[str, int], ...] | None = None
@@ -135,7 +137,7 @@ class JobRecorder(PyMeasureCallback):
         target: tvm.target.Target,
         job_id: int,
         states: list[TaskState],
-        view: ProgressView,
+        view: JobProgress,
         trials_before: int,
     ) -> None:
         super().__init__()
@@ -288,13 +290,14 @@ def tune(
     *,
     address: str | None = None,
     model_name: str | None = None,
-    console: Console | None = None,
+    progress: JobProgress | None = None,
     buckets: dict[str, list[int]] | None = None,
 ) -> JobSummary:
     """Tune the tasks of ``mod`` for ``target`` into ``storage``; resumable.
 
     A model with symbolic dims is tuned at every combination of ``buckets`` (see
-    :mod:`tuner.buckets`): one static task per distinct kernel, its bucket recorded with it.
+    :mod:`tuner.symbolic.buckets`): one static task per distinct kernel, its bucket recorded
+    with it. ``progress`` hears how the search goes (see :class:`tuner.progress.JobProgress`).
     """
     start = time.perf_counter()
     db = TuneFarmDatabase(storage, target, seeds=16 if config.transfer else 0)
@@ -356,12 +359,15 @@ def tune(
                 ):
                     state.baseline_sec = base
                 builder.budget = budget
-                view = ProgressView(states, budget.left, console)
+                view = progress or SilentProgress()
                 recorded = sum(db.count_records(t.mod, target) for t in tasks)
                 recorder = JobRecorder(db, ledger, tasks, target, job_id, states, view, recorded)
                 if budget.left > 0:
-                    with view:
+                    view.start(states, budget.left)
+                    try:
                         _search(tasks, target, db, builder, runner, recorder, config, budget)
+                    finally:
+                        view.stop()
             finally:
                 runner.shutdown()
             waits = {"build_wait": builder.wait_sec, "run_wait": runner.wait_sec}
@@ -378,7 +384,7 @@ def tune(
                 weight=task.weight,
                 trials=trials,
                 failed=state.failed,
-                best_sec=found[2] if found and found[1] in ("device", "target") else None,
+                best_sec=found.mean_sec if found and found.level in ("device", "target") else None,
                 baseline_sec=state.baseline_sec,
                 flops=task.flops,
             )

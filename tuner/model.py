@@ -1,14 +1,12 @@
 """Loading a model: a Python/TVMScript file defining an IRModule, an IRModule as JSON, an ONNX
 file (``.onnx``) or a PyTorch exported program (``.pt2``).
 
-:func:`load_model` is the single entry point every command (tune, build, bench, submit) uses.
+:func:`load_model` is the single entry point every command (tune, build, bench, submit) uses;
+the formats themselves live in :mod:`tuner.frontends`.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import itertools
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,22 +15,10 @@ from typing import Any
 import numpy as np
 import tvm
 
-from database.errors import error_summary
 from tuner.errors import TuneFarmError
-
-_counter = itertools.count()
-
+from tuner.frontends.reference import Reference
 
 MODEL_SUFFIXES = (".py", ".json", ".onnx", ".pt2")
-
-
-@dataclass(frozen=True)
-class Reference:
-    """An implementation to check a build against: ``fn(*inputs)`` returns the outputs as a
-    flat list of arrays; ``name`` says what it is (``numpy``, ``pytorch``)."""
-
-    name: str
-    fn: Callable[..., list[np.ndarray]]
 
 
 @dataclass(frozen=True)
@@ -55,21 +41,17 @@ class Model:
 
     def __post_init__(self) -> None:
         if self.reference is None and self.numpy_reference is not None:
+            from tuner.frontends.reference import flat_outputs
+
             ref = self.numpy_reference
             object.__setattr__(
-                self, "reference", Reference("numpy", lambda *a: _flat_outputs(ref(*a)))
+                self, "reference", Reference("numpy", lambda *a: flat_outputs(ref(*a)))
             )
 
     @property
     def num_inputs(self) -> int:
         """How many leading parameters of ``main`` are data inputs (the rest are weights)."""
         return len(self.mod["main"].params) - len(self.params)
-
-
-def _flat_outputs(value: Any) -> list[np.ndarray]:
-    if isinstance(value, (tuple, list)):
-        return [a for item in value for a in _flat_outputs(item)]
-    return [np.asarray(value)]
 
 
 def check_model_path(path: Path) -> None:
@@ -89,49 +71,18 @@ def load_model(path: str | Path, entry: str = "Module", *, keep_params: bool = F
     ONNX and PyTorch weights are bound as constants unless ``keep_params`` (then they stay
     inputs of ``main`` and ``Model.params`` holds their values).
     """
+    from tuner import frontends
+
     path = Path(path)
     check_model_path(path)
     if keep_params and path.suffix not in (".onnx", ".pt2"):
         raise TuneFarmError("--keep-params applies to .onnx and .pt2 models only")
-    if path.suffix in (".onnx", ".pt2"):
-        from tuner import frontends
-
-        imported = frontends.load(path, keep_params=keep_params)
-        return Model(
-            path=path, mod=imported.mod, params=imported.params, reference=imported.reference
-        )
-    if path.suffix == ".json":
-        try:
-            mod = tvm.ir.load_json(path.read_text())
-        except Exception as err:
-            raise TuneFarmError(f"cannot load {path} as TVM JSON: {error_summary(err)}") from None
-        if not isinstance(mod, tvm.IRModule):
-            raise TuneFarmError(f"{path} holds a {type(mod).__name__}, not an IRModule")
-        return Model(path=path, mod=mod)
-    name = f"tunefarm_model_{next(_counter)}_{path.stem}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise TuneFarmError(f"cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except SyntaxError as err:
-        sys.modules.pop(name, None)
-        raise TuneFarmError(f"{path}:{err.lineno}: syntax error: {err.msg}") from None
-    except Exception as err:
-        sys.modules.pop(name, None)
-        raise TuneFarmError(f"cannot load {path}: {error_summary(err)}") from None
-    mod = getattr(module, entry, None)
-    if not isinstance(mod, tvm.IRModule):
-        found = [k for k, v in vars(module).items() if isinstance(v, tvm.IRModule)]
-        hint = f" (IRModules in the file: {', '.join(found)}; use --entry)" if found else ""
-        raise TuneFarmError(f"{path} defines no IRModule named {entry!r}{hint}")
-    ref = getattr(module, "numpy_reference", None)
-    shape_vars = getattr(module, "SHAPE_VARS", {}) or {}
+    imported = frontends.load(path, entry=entry, keep_params=keep_params)
     return Model(
         path=path,
-        mod=mod,
-        numpy_reference=ref if callable(ref) else None,
-        shape_vars={str(k): [int(x) for x in v] for k, v in dict(shape_vars).items()},
+        mod=imported.mod,
+        numpy_reference=imported.numpy_reference,
+        shape_vars=imported.shape_vars,
+        params=imported.params,
+        reference=imported.reference,
     )

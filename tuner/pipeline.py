@@ -71,15 +71,9 @@ class Task:
 
 def symbolic_vars_of(func: tvm.tirx.PrimFunc) -> tuple[str, ...]:
     """Names of the symbolic dims in a PrimFunc's buffer shapes."""
-    names: list[str] = []
-    for param in func.params:
-        for dim in getattr(param, "shape", None) or ():
-            if isinstance(dim, tvm.tirx.IntImm):
-                continue
-            for var in tvm.tirx.analysis.undefined_vars(dim):
-                if var.name not in names:
-                    names.append(var.name)
-    return tuple(names)
+    from tuner.symbolic.walk import vars_of
+
+    return tuple(vars_of(func.params))
 
 
 def extract_tasks(prepared: tvm.IRModule, target: tvm.target.Target) -> list[Task]:

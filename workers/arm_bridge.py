@@ -1,6 +1,6 @@
 """A bridge actor to devices that cannot run Ray: boards and phones behind a TVM RPC tracker.
 
-:class:`ArmBridge` has the interface of :class:`workers.runner_pool.DeviceRunner`, so the runner
+:class:`ArmBridge` has the interface of :class:`workers.slots.DeviceRunner`, so the runner
 pool treats it as one device slot: it asks the tracker for a session on the device key, uploads
 the cross-compiled ``.so`` (bytes from Ray's object store), times it with TVM's
 ``time_evaluator`` per :class:`MeasureConfig`, and releases every remote object before the next

@@ -39,3 +39,20 @@ class MeasureConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class FaultPolicy:
+    """Bounds of the pool's recovery; validated at construction."""
+
+    max_attempts: int = 2  # tries of one candidate (on dying, hanging, garbage workers)
+    quarantine_after: int = 3  # consecutive failures of one slot
+    startup_timeout_s: float = 120.0  # extra time for a fresh actor's first answer
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError("FaultPolicy.max_attempts must be >= 1")
+        if self.quarantine_after < 1:
+            raise ValueError("FaultPolicy.quarantine_after must be >= 1")
+        if self.startup_timeout_s < 0:
+            raise ValueError("FaultPolicy.startup_timeout_s must be >= 0")

@@ -26,10 +26,9 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import enum
 import itertools
 import logging
-import os
-import platform
 import threading
 import time
 from collections.abc import Callable
@@ -39,195 +38,22 @@ from typing import Any
 import ray
 
 from database.errors import error_summary
-from workers.config import MeasureConfig
+from workers.config import FaultPolicy, MeasureConfig
 from workers.results import ErrorKind, EventLog, RunResult
+from workers.slots import SlotSpec
 
 log = logging.getLogger("tunefarm.workers")
 
-DEFAULT_MEASURE_FN = "workers.measure:measure_artifact"
-CPU_RESOURCE = "tunefarm_cpu"  # nodes whose host CPU measures candidates
-ARM_RESOURCE = "tunefarm_arm64"  # native aarch64 nodes
 
+class SlotState(enum.StrEnum):
+    """Where a slot stands: ``idle`` and ``busy`` take work; ``quarantined`` (blamed too
+    often), ``lost`` (its node left) and ``stopped`` (the pool shut down) never again."""
 
-@ray.remote(num_cpus=0, max_restarts=0, max_concurrency=1)
-class DeviceRunner:
-    """A Ray actor owning one device; it measures one candidate at a time."""
-
-    def __init__(
-        self,
-        device_kind: str,
-        config: MeasureConfig,
-        measure_fn: str = DEFAULT_MEASURE_FN,
-        slot: str = "",
-    ) -> None:
-        from workers.sandbox import resolve
-
-        self.device_kind = device_kind
-        self.config = config
-        self.measure_fn = resolve(measure_fn)
-        self.slot = slot or device_kind
-        self.calls = 0
-
-    def __repr__(self) -> str:  # shown by Ray's state API and `tunefarm workers`
-        return f"runner {self.slot}"
-
-    def measure(self, artifact: bytes, args_info: list[Any]) -> RunResult:
-        self.calls += 1
-        return self.measure_fn(artifact, args_info, self.device_kind, self.config)
-
-    def measure_batch(self, args_infos: list[list[Any]], *artifacts: bytes) -> list[RunResult]:
-        """Several candidates in one call, measured one after the other (artifacts are
-        top-level arguments so Ray resolves their object refs)."""
-        return [self.measure(a, i) for a, i in zip(artifacts, args_infos, strict=True)]
-
-    def ping(self) -> str:
-        return f"{os.uname().nodename}:{os.getpid()}"
-
-
-@dataclass(frozen=True)
-class FaultPolicy:
-    """Bounds of the pool's recovery; validated at construction."""
-
-    max_attempts: int = 2  # tries of one candidate (on dying, hanging, garbage workers)
-    quarantine_after: int = 3  # consecutive failures of one slot
-    startup_timeout_s: float = 120.0  # extra time for a fresh actor's first answer
-
-    def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise ValueError("FaultPolicy.max_attempts must be >= 1")
-        if self.quarantine_after < 1:
-            raise ValueError("FaultPolicy.quarantine_after must be >= 1")
-        if self.startup_timeout_s < 0:
-            raise ValueError("FaultPolicy.startup_timeout_s must be >= 0")
-
-
-@dataclass(frozen=True)
-class SlotSpec:
-    """How to start the actor of one device slot."""
-
-    name: str
-    device: str = "cpu"  # TVM device the actor measures on
-    node_id: str | None = None  # pin to this node (None: wherever resources allow)
-    num_gpus: float = 0
-    resources: dict[str, float] = field(default_factory=dict)
-    measure_fn: str = DEFAULT_MEASURE_FN
-    actor_cls: Any = None  # another actor class with the DeviceRunner interface (RPC bridge)
-    actor_args: tuple = ()
-
-    def start(self, config: MeasureConfig) -> Any:
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        opts: dict[str, Any] = {"name": None, "num_gpus": self.num_gpus}
-        if self.resources:
-            opts["resources"] = dict(self.resources)
-        if self.node_id:
-            opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(self.node_id, soft=False)
-        if self.actor_cls is not None:
-            return self.actor_cls.options(**opts).remote(*self.actor_args, config, self.name)
-        return DeviceRunner.options(**opts).remote(self.device, config, self.measure_fn, self.name)
-
-    def mark_quarantined(self, reason: str) -> Any:
-        """A placeholder actor that shows the quarantine in Ray's state API."""
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        opts: dict[str, Any] = {}
-        if self.node_id:
-            opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(self.node_id, soft=True)
-        return QuarantinedSlot.options(**opts).remote(self.name, reason)
-
-
-@ray.remote(num_cpus=0)
-class QuarantinedSlot:
-    """Holds no device; exists so that ``tunefarm workers`` can list quarantined slots."""
-
-    def __init__(self, slot: str, reason: str) -> None:
-        self.slot, self.reason = slot, reason
-
-    def __repr__(self) -> str:
-        return f"{self.slot}: {self.reason}"
-
-    def info(self) -> str:
-        return repr(self)
-
-
-def discover_slots(kind: str, measure_fn: str = DEFAULT_MEASURE_FN) -> list[SlotSpec]:
-    """The cluster's devices of ``kind`` (``cpu``, ``cuda``, ``arm64``), one slot each.
-
-    ``cpu``: every node advertising the ``tunefarm_cpu`` resource, else the driver's node.
-    ``cuda``: every GPU of every node whose TVM can time CUDA kernels (:mod:`workers.gpu`;
-    the others are left out, :func:`workers.gpu.unusable_gpus` says why). ``arm64``: nodes
-    advertising ``tunefarm_arm64``, plus RPC bridges (:func:`rpc_slots`), else the driver's
-    node if it is an aarch64 machine.
-    """
-    nodes = [n for n in ray.nodes() if n.get("Alive")]
-    cuda_ok: dict[str, str | None] = {}
-    if kind == "cuda":
-        from workers.gpu import gpu_nodes_status
-
-        gpu_nodes = [n["NodeID"] for n in nodes if n.get("Resources", {}).get("GPU")]
-        cuda_ok = gpu_nodes_status(gpu_nodes)
-    slots: list[SlotSpec] = []
-    for n in sorted(nodes, key=lambda n: n["NodeID"]):
-        res, nid = n.get("Resources", {}), n["NodeID"]
-        short = nid[:8]
-        if kind == "cpu" and res.get(CPU_RESOURCE):
-            slots.append(SlotSpec(f"cpu@{short}", "cpu", nid, measure_fn=measure_fn))
-        elif kind == "cuda" and cuda_ok.get(nid) is None:
-            for i in range(int(res.get("GPU", 0))):
-                slots.append(
-                    SlotSpec(f"cuda{i}@{short}", "cuda", nid, num_gpus=1, measure_fn=measure_fn)
-                )
-        elif kind == "arm64":
-            for i in range(int(res.get(ARM_RESOURCE, 0))):
-                slots.append(
-                    SlotSpec(
-                        f"arm{i}@{short}",
-                        "cpu",
-                        nid,
-                        resources={ARM_RESOURCE: 1},
-                        measure_fn=measure_fn,
-                    )
-                )
-    if kind == "arm64":
-        slots += rpc_slots()
-    here = ray.get_runtime_context().get_node_id()
-    native_arm = platform.machine() in ("aarch64", "arm64")
-    if not slots and (kind == "cpu" or (kind == "arm64" and native_arm)):
-        slots.append(SlotSpec(f"cpu@{here[:8]}", "cpu", here, measure_fn=measure_fn))
-    return slots
-
-
-def rpc_slots(
-    tracker: str | None = None, key: str | None = None, count: int | None = None
-) -> list[SlotSpec]:
-    """Bridge slots to devices behind a TVM RPC tracker (default: ``$TUNEFARM_RPC_TRACKER``,
-    ``$TUNEFARM_RPC_KEY``, ``$TUNEFARM_RPC_DEVICES`` bridges, else one per registered server).
-    The bridge actors run on the driver's node."""
-    tracker = tracker or os.environ.get("TUNEFARM_RPC_TRACKER")
-    if not tracker:
-        return []
-    from workers.arm_bridge import ArmBridge
-
-    key = key or os.environ.get("TUNEFARM_RPC_KEY", "arm")
-    if count is None:
-        count = int(os.environ.get("TUNEFARM_RPC_DEVICES", "0")) or _registered(tracker, key)
-    here = ray.get_runtime_context().get_node_id()
-    return [
-        SlotSpec(f"rpc:{key}#{i}", "cpu", here, actor_cls=ArmBridge, actor_args=(tracker, key))
-        for i in range(max(1, count))
-    ]
-
-
-def _registered(tracker: str, key: str) -> int:
-    """Servers registered with the tracker under ``key`` (0 when it cannot be asked)."""
-    try:
-        from tvm import rpc
-
-        host, _, port = tracker.rpartition(":")
-        summary = rpc.connect_tracker(host, int(port)).summary()
-        return sum(1 for s in summary.get("server_info", []) if s.get("key", "").endswith(key))
-    except Exception:
-        return 0
+    IDLE = "idle"
+    BUSY = "busy"
+    QUARANTINED = "quarantined"
+    LOST = "lost"
+    STOPPED = "stopped"
 
 
 class PoolFuture:
@@ -285,11 +111,11 @@ class Slot:
     measured: int = 0
     calls: int = 0  # measure calls sent (fewer than ``measured`` when batching)
     restarts: int = 0
-    state: str = "idle"  # idle | busy | quarantined | lost
+    state: SlotState = SlotState.IDLE
 
     @property
     def healthy(self) -> bool:
-        return self.state in ("idle", "busy")
+        return self.state in (SlotState.IDLE, SlotState.BUSY)
 
 
 def _err(kind: ErrorKind, detail: str, worker: str | None = None) -> RunResult:
@@ -443,7 +269,7 @@ class RunnerPool:
         return {name for w in self._on_trial for name in w.suspects}
 
     def _assign(self) -> None:
-        idle = [s for s in self.slots if s.state == "idle"]
+        idle = [s for s in self.slots if s.state == SlotState.IDLE]
         suspected = self._suspected()
         # suspected slots serve only when every healthy slot is suspected (a lone runner must
         # still make progress)
@@ -495,7 +321,7 @@ class RunnerPool:
             if not self._queue or self._queue[0].avoid:
                 return
             if (
-                slot.state == "busy"
+                slot.state == SlotState.BUSY
                 and slot.spec.name not in suspected
                 and slot.ref is not None
                 and not slot.starting
@@ -525,7 +351,7 @@ class RunnerPool:
             return
         batch, ref = slot.ahead, slot.ahead_ref
         slot.ahead, slot.ahead_ref = [], None
-        slot.work, slot.ref, slot.state = batch, ref, "busy"
+        slot.work, slot.ref, slot.state = batch, ref, SlotState.BUSY
         self._start_attempt(slot, batch)
 
     def _unqueue_ahead(self, slot: Slot) -> None:
@@ -546,7 +372,7 @@ class RunnerPool:
             self._queue.extendleft(reversed(works))
 
     def _dispatch(self, slot: Slot, batch: list[_Work]) -> None:
-        slot.work, slot.state = batch, "busy"
+        slot.work, slot.state = batch, SlotState.BUSY
         if slot.actor is None:  # start it and wait for its ping before timing anything
             slot.actor = slot.spec.start(self.config)
             slot.starting = True
@@ -564,8 +390,8 @@ class RunnerPool:
         batch = slot.work
         assert batch
         slot.work, slot.ref, slot.starting = [], None, False
-        if slot.state == "busy":
-            slot.state = "idle"
+        if slot.state == SlotState.BUSY:
+            slot.state = SlotState.IDLE
         return batch
 
     def _split(self, batch: list[_Work], slot: Slot, kind: ErrorKind, detail: str) -> None:
@@ -597,7 +423,7 @@ class RunnerPool:
             if slot.spec.node_id and not _node_alive(slot.spec.node_id):
                 batch = self._release(slot)
                 self._kill(slot)
-                slot.state = "lost"
+                slot.state = SlotState.LOST
                 self._log.note(f"lost: {slot.spec.name} (its node left the cluster)")
                 if len(batch) > 1:
                     self._split(batch, slot, ErrorKind.WORKER_DIED, detail)
@@ -664,7 +490,7 @@ class RunnerPool:
             self._quarantine(slot, f"{slot.failures} failures in a row")
 
     def _quarantine(self, slot: Slot, why: str) -> None:
-        slot.state = "quarantined"
+        slot.state = SlotState.QUARANTINED
         self._kill(slot)
         self._log.note(f"quarantined: {slot.spec.name} after {why}")
         with contextlib.suppress(Exception):
@@ -728,8 +554,8 @@ class RunnerPool:
             for work in self._release(slot) if slot.work else []:
                 if not work.future.done():
                     work.future._resolve(_err(ErrorKind.WORKER_DIED, detail))
-            if slot.state == "idle":
-                slot.state = "stopped"
+            if slot.state == SlotState.IDLE:
+                slot.state = SlotState.STOPPED
 
 
 _UNFETCHED = object()

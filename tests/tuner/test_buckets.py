@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import DATA
-from tuner.buckets import bucket_tasks, choose_buckets, parse_shape_options, symbolic_vars
 from tuner.errors import TuneFarmError
 from tuner.model import load_model
+from tuner.symbolic.buckets import bucket_tasks, choose_buckets, parse_shape_options, symbolic_vars
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from tests.conftest import TINY
 from tests.ray_processes import RayProcesses, free_port
 from tuner.cli import app
-from workers.runner_pool import CPU_RESOURCE
+from workers.slots import CPU_RESOURCE
 
 runner = CliRunner()
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -39,7 +39,7 @@ def test_unreachable_address_is_one_line() -> None:
 
 
 def test_submit_options_become_the_jobs_command_and_env() -> None:
-    from tuner.cli_cluster import job_runtime_env, tune_command
+    from tuner.cluster.client import job_runtime_env, tune_command
 
     cmd = tune_command("m.py", {"--trials": 8, "--shape": ["b=1,8", "s=4"], "--db": None}, "py")
     assert cmd == "py -m tuner.cli tune m.py --address auto --trials 8 --shape b=1,8 --shape s=4"

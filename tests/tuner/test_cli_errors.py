@@ -156,7 +156,7 @@ def test_min_repeat_ms_is_named(sqlite_url: str) -> None:
 
 
 def test_repeated_shape_values_are_merged() -> None:
-    from tuner.buckets import parse_shape_options
+    from tuner.symbolic.buckets import parse_shape_options
 
     assert parse_shape_options(["b=1", "b=8", "s=4"]) == {"b": [1, 8], "s": [4]}
     assert parse_shape_options(["b=8,1", "b=1,64"]) == {"b": [1, 8, 64]}
@@ -211,7 +211,7 @@ def test_arm64_and_x86_generic_have_distinct_arch_keys(sqlite_url: str) -> None:
 
 # ----------------------------------------------------------------- cluster addresses
 def test_address_is_the_head_on_every_command() -> None:
-    from tuner.cli_common import parse_address, ray_address
+    from tuner.cluster.address import parse_address, ray_address
 
     assert ray_address(None) is None and ray_address("local") is None
     cases = {
@@ -257,7 +257,7 @@ def test_bench_checks_the_address_before_loading(broken_model: Path) -> None:
 
 
 def test_submit_refuses_the_file_type_before_the_cluster(notes: Path, monkeypatch: Any) -> None:
-    import tuner.cli_cluster as cc
+    import tuner.cli.cluster as cc
 
     def contacted(*_a: Any, **_k: Any) -> None:
         raise AssertionError("contacted the cluster")

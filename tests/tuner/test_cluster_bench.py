@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from tests.cli_assert import one_line_error
 from tests.conftest import TINY
 from tuner.cli import app
-from tuner.cluster_bench import parse_devices
+from tuner.cluster.bench import parse_devices
 
 runner = CliRunner()
 
@@ -44,7 +44,7 @@ def test_bench_on_cluster(tuned_db, tmp_path) -> None:
     import ray
     from ray.cluster_utils import Cluster
 
-    from workers.runner_pool import CPU_RESOURCE
+    from workers.slots import CPU_RESOURCE
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import tvm
 
@@ -9,11 +11,11 @@ from database import Storage, TuneFarmDatabase
 from tests.conftest import DATA
 from tuner.bench import bench, sweep_values
 from tuner.compile import apply_database, compile
-from tuner.dispatch import BucketKernel, KernelDispatch, add_dispatch, choose_intervals
 from tuner.errors import TuneFarmError
 from tuner.model import load_model
 from tuner.pipeline import normalize, prepare
-from tuner.rangekernel import pad_kernel, pad_values, symbolic_var, work_degree
+from tuner.symbolic.dispatch import BucketKernel, KernelDispatch, add_dispatch, choose_intervals
+from tuner.symbolic.rangekernel import pad_kernel, pad_values, symbolic_var, work_degree
 
 MODEL = DATA / "dyn_kernels.py"
 
@@ -194,7 +196,7 @@ def test_sum_of_products_over_n_gets_a_correct_range_kernel(llvm_target) -> None
     from tvm import tirx
 
     from tuner.fastimport import preload_tensor_intrin
-    from tuner.rangekernel import transplant
+    from tuner.symbolic.rangekernel import transplant
 
     n = tirx.Var("n", "int64")
     sym = _pv(n)["main"]
@@ -233,7 +235,7 @@ def test_transplant_grows_the_tile_until_a_fused_constant_split_divides(llvm_tar
     import numpy as np
     from tvm import te, tirx
 
-    from tuner.rangekernel import transplant
+    from tuner.symbolic.rangekernel import transplant
 
     def relu(rows: object) -> tvm.IRModule:
         a = te.placeholder((rows, 8), name="A")
@@ -279,7 +281,7 @@ def test_softmax_over_n_gets_a_correct_range_kernel(llvm_target) -> None:
     from tvm import tirx
 
     from tuner.fastimport import preload_tensor_intrin
-    from tuner.rangekernel import transplant
+    from tuner.symbolic.rangekernel import transplant
 
     n = tirx.Var("n", "int64")
     sym = _softmax(n)["main"]
@@ -319,8 +321,8 @@ def test_softmax_bucket_kernel_is_dispatched_with_inf_padding(tmp_path, llvm_tar
     from tvm.s_tir import meta_schedule as ms
 
     from database import shash_of
-    from tuner.buckets import bucket_tasks
     from tuner.pipeline import extract_tasks
+    from tuner.symbolic.buckets import bucket_tasks
 
     model = load_model(DATA / "softmax_n.py")
     db = TuneFarmDatabase(Storage(f"sqlite:///{tmp_path / 'sm.db'}"), llvm_target)
@@ -369,23 +371,19 @@ def test_softmax_bucket_kernel_is_dispatched_with_inf_padding(tmp_path, llvm_tar
     assert applied["main"].script().count(" if n <= ") == 2
 
 
-def test_a_kernel_fed_by_a_padded_branch_is_dispatched_too(tmp_path, llvm_target) -> None:
-    """Two dispatched kernels in a row (matmul+relu, then softmax over its rows): the first
-    one's bucket branch slices its output back to ``n`` rows, and the second must still see
-    ``n`` (not ``min(n, 16)``) and run its own bucket kernel in every region. A slice typed
-    ``min(n, 16)`` left softmax on its generic kernel below the largest bucket."""
+def _chain_db(path: Path, target: tvm.target.Target) -> TuneFarmDatabase:
+    """A database with a hand-made record at n=16 (rows tiled by 8) of the two chained
+    kernels of ``dyn_kernels.py``: matmul+relu, then softmax over its rows."""
     from tvm.s_tir import meta_schedule as ms
 
     from database import shash_of
-    from tuner.buckets import bucket_tasks
     from tuner.pipeline import extract_tasks
+    from tuner.symbolic.buckets import bucket_tasks
 
     model = load_model(MODEL)
-    db = TuneFarmDatabase(Storage(f"sqlite:///{tmp_path / 'chain.db'}"), llvm_target)
-    family = {
-        t.name: shash_of(t.mod) for t in extract_tasks(prepare(model.mod, llvm_target), llvm_target)
-    }
-    for bt in bucket_tasks(model.mod, llvm_target, {"n": [16]}):
+    db = TuneFarmDatabase(Storage(f"sqlite:///{path}"), target)
+    family = {t.name: shash_of(t.mod) for t in extract_tasks(prepare(model.mod, target), target)}
+    for bt in bucket_tasks(model.mod, target, {"n": [16]}):
         base = bt.task.name.split("[", 1)[0]
         if base not in ("fused_matmul_add_relu", "softmax"):
             continue
@@ -399,10 +397,20 @@ def test_a_kernel_fed_by_a_padded_branch_is_dispatched_too(tmp_path, llvm_target
                 sch.trace,
                 db.commit_workload(bt.task.mod),
                 run_secs=[1e-6],
-                target=llvm_target,
+                target=target,
                 args_info=ms.arg_info.ArgInfo.from_prim_func(bt.task.mod["main"]),
             )
         )
+    return db
+
+
+def test_a_kernel_fed_by_a_padded_branch_is_dispatched_too(tmp_path, llvm_target) -> None:
+    """Two dispatched kernels in a row (matmul+relu, then softmax over its rows): the first
+    one's bucket branch slices its output back to ``n`` rows, and the second must still see
+    ``n`` (not ``min(n, 16)``) and run its own bucket kernel in every region. A slice typed
+    ``min(n, 16)`` left softmax on its generic kernel below the largest bucket."""
+    model = load_model(MODEL)
+    db = _chain_db(tmp_path / "chain.db", llvm_target)
     values = [3, 8, 11, 16, 17]
     results = bench(model, llvm_target, db, [{"n": v} for v in values], repeat=1, min_repeat_ms=1)
     for value, res in zip(values, results, strict=True):
@@ -417,7 +425,13 @@ def test_padding_overhead_keeps_a_large_tile_from_serving_small_values() -> None
     must not serve s=1: its branch pads x[1, 128] to 64 rows and slices back, which costs
     more than the kernel saves. The generic kernel serves until the tuned kernel's time plus
     that overhead is the lesser."""
-    from tuner.dispatch import GENERIC_MARGIN, PAD_ELEM_SEC, PAD_OP_SEC, PadBuffer, pad_overhead
+    from tuner.symbolic.dispatch import (
+        GENERIC_MARGIN,
+        PAD_ELEM_SEC,
+        PAD_OP_SEC,
+        PadBuffer,
+        pad_overhead,
+    )
 
     static = BucketKernel(64, 64, "k_s64_static", "device", 11e-6, static=True)
     generic = ((16, 190e-6), (64, 750e-6))
@@ -451,8 +465,8 @@ def test_generic_kernel_serves_small_values_from_a_stored_tune(tmp_path, llvm_ta
     from tvm.s_tir import meta_schedule as ms
 
     from database import shash_of
-    from tuner.buckets import bucket_tasks
     from tuner.pipeline import extract_tasks
+    from tuner.symbolic.buckets import bucket_tasks
 
     path = tmp_path / "proj.py"
     path.write_text(

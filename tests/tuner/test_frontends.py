@@ -18,11 +18,11 @@ from typer.testing import CliRunner
 from database import Storage
 from tests.cli_assert import one_line_error
 from tuner.bench import random_inputs
-from tuner.buckets import symbolic_vars, upper_bounds
 from tuner.cli import app
 from tuner.compile import compile as tf_compile
 from tuner.errors import TuneFarmError
 from tuner.model import load_model
+from tuner.symbolic.buckets import symbolic_vars, upper_bounds
 
 ROOT = Path(__file__).resolve().parents[2]
 ONNX_MLP = ROOT / "examples" / "mlp_batch.onnx"
@@ -36,9 +36,9 @@ def _run_untuned(model, values: dict[str, int], target) -> tuple[list, list[np.n
     vm = relax.VirtualMachine(ex, tvm.cpu())
     args = random_inputs(model.mod["main"], values, np.random.default_rng(1), model.num_inputs)
     out = vm["main"](*[tvm.runtime.tensor(a) for a in [*args, *model.params]])
-    from tuner.bench import _flatten
+    from tuner.frontends.reference import flat_outputs
 
-    return args, _flatten(out)
+    return args, flat_outputs(out)
 
 
 def _onnx_numpy(path: Path, x: np.ndarray) -> np.ndarray:
@@ -377,7 +377,7 @@ def test_pt2_match_cast_restores_a_lost_shape(
 
 def test_onnx_axis_addressed_by_input_and_axis(tmp_path: Path) -> None:
     pytest.importorskip("onnx")
-    from tuner.buckets import choose_buckets
+    from tuner.symbolic.buckets import choose_buckets
 
     model = load_model(ONNX_MLP)
     given = {"x.0": [4, 16]}

@@ -19,11 +19,12 @@ from typer.testing import CliRunner
 pytest.importorskip("torch", reason="needs torch: pip install 'tunefarm[torch]'")
 pytest.importorskip("transformers", reason="needs transformers: pip install 'tunefarm[hf]'")
 
-from tuner.bench import _flatten, random_inputs
-from tuner.buckets import lower_bounds, symbolic_dims, upper_bounds
+from tuner.bench import random_inputs
 from tuner.cli import app
 from tuner.compile import compile as tf_compile
+from tuner.frontends.reference import flat_outputs
 from tuner.model import load_model
+from tuner.symbolic.buckets import lower_bounds, symbolic_dims, upper_bounds
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -124,7 +125,7 @@ def _max_errors(model, values: dict[str, list[int]], reference, target) -> dict[
         args = random_inputs(model.mod["main"], {name: v}, np.random.default_rng(v), 1)
         if args[0].dtype == np.int64:
             args = [np.random.default_rng(v).integers(0, 100, a.shape) for a in args]
-        got = _flatten(vm["main"](*[tvm.runtime.tensor(a) for a in args]))
+        got = flat_outputs(vm["main"](*[tvm.runtime.tensor(a) for a in args]))
         want = reference(*args)
         assert len(got) == len(want)
         for g, w in zip(got, want, strict=True):
@@ -169,7 +170,7 @@ def test_plain_pt2_in_a_fresh_process_says_how_to_address_the_axis(hf_files) -> 
     name not in the file: the error names the variable, its input, axis and range and the
     INPUT.AXIS form, which resolves to the variable (in place, for bench's lookups)."""
     code = (
-        "import sys; from tuner.buckets import choose_buckets; "
+        "import sys; from tuner.symbolic.buckets import choose_buckets; "
         "from tuner.model import load_model; "
         "assert 'transformers' not in sys.modules; "
         "mod = load_model(sys.argv[1]).mod; given = {'input_ids.1': [16, 32]}; "

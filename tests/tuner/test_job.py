@@ -101,7 +101,7 @@ def test_trial_budget_is_a_hard_cap(sqlite_url, llvm_target) -> None:
     Two tasks, 9 searched trials: rounds of 2 (trials_per_round), so an uncut last round
     stored 12 records for a budget of 11."""
     from database.queries import stats
-    from workers.ray_pool import RayConnection
+    from workers.connection import RayConnection
 
     def records() -> int:
         return stats(Storage(sqlite_url, create=False))["records"]

@@ -13,13 +13,13 @@ from typer.testing import CliRunner
 from database import Storage, TuneFarmDatabase
 from tests.cli_assert import one_line_error
 from tuner.bench import BenchResult, traffic_summary, weighted_quantile
-from tuner.buckets import bucket_tasks
 from tuner.cli import app
-from tuner.dispatch import BucketKernel, PadBuffer, choose_intervals
 from tuner.errors import TuneFarmError
 from tuner.model import load_model
-from tuner.planner import GainCurve, Planner, _pick
-from tuner.profile import ShapeProfile
+from tuner.symbolic.buckets import bucket_tasks
+from tuner.symbolic.dispatch import BucketKernel, PadBuffer, choose_intervals
+from tuner.symbolic.planner import GainCurve, Planner, _pick
+from tuner.symbolic.profile import ShapeProfile
 
 runner = CliRunner()
 MLP = Path(__file__).parents[2] / "examples" / "mlp_dynamic.py"

@@ -14,7 +14,7 @@ from tests.conftest import DATA
 from tuner.cli import app
 from tuner.errors import TuneFarmError
 from tuner.model import load_model
-from tuner.profile import ShapeProfile, load_profile, record_log, record_shapes
+from tuner.symbolic.profile import ShapeProfile, load_profile, record_log, record_shapes
 
 runner = CliRunner()
 TWO_VARS = DATA / "two_vars.py"  # b <= 8, s <= 64

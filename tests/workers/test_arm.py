@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def arm_device():
-    from workers import arm_emulation as emu
+    from tests import arm_emulation as emu
 
     try:
         emu.install_host_packages()
@@ -115,9 +115,11 @@ def tvm_records_query():
 
 
 def test_rpc_device_that_disconnects_costs_no_candidate(arm_device, arm_target, monkeypatch):
-    from workers import arm_emulation as emu
-    from workers.ray_pool import RayConnection
-    from workers.runner_pool import FaultPolicy, RunnerPool, SlotSpec
+    from tests import arm_emulation as emu
+    from workers.config import FaultPolicy
+    from workers.connection import RayConnection
+    from workers.runner_pool import RunnerPool
+    from workers.slots import SlotSpec
 
     mod = matmul_mod(8, 8, 8)
     artifact = _artifact(mod, arm_target)

@@ -14,8 +14,9 @@ from tvm.s_tir.meta_schedule.runner import RunnerInput
 
 from tests.conftest import matmul_mod
 from tests.ray_processes import repo_on_pythonpath
-from workers.config import MeasureConfig
-from workers.runner_pool import CPU_RESOURCE, FaultPolicy, RunnerPool
+from workers.config import FaultPolicy, MeasureConfig
+from workers.runner_pool import RunnerPool
+from workers.slots import CPU_RESOURCE
 
 FAULTS = "tests.workers.faults"
 FAST = MeasureConfig(number=1, repeat=2, min_repeat_ms=5, run_timeout_s=20)
@@ -51,8 +52,10 @@ def two_measuring_nodes() -> Iterator[tuple[Any, Any, Any]]:
 @pytest.mark.slow
 def test_node_removed_mid_job_loses_no_candidate(llvm_target) -> None:
     """Two worker nodes build and measure; one is removed while candidates are in flight."""
-    from workers.ray_pool import Ledger, RayBuilder, RayRunner
-    from workers.runner_pool import discover_slots
+    from workers.builder import RayBuilder
+    from workers.ledger import Ledger
+    from workers.runner import RayRunner
+    from workers.slots import discover_slots
 
     with two_measuring_nodes() as (cluster, keep, doomed):
         slots = discover_slots("cpu", measure_fn=f"{FAULTS}:fake_measure")
@@ -149,7 +152,8 @@ def test_build_node_whose_compiler_crashes_is_quarantined(llvm_target) -> None:
     from ray.util.state import list_actors
 
     from tests.workers.faults import BROKEN_NODE_ENV
-    from workers.ray_pool import Ledger, RayBuilder
+    from workers.builder import RayBuilder
+    from workers.ledger import Ledger
 
     broken_env = {"env_vars": {BROKEN_NODE_ENV: "1"}}
     with ray_cluster({"num_cpus": 1}, {"num_cpus": 1, **broken_env}) as (_, (good, broken)):

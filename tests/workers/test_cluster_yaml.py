@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_cluster_yaml_is_a_valid_launcher_config() -> None:
     from ray.autoscaler._private.util import prepare_config, validate_config
 
-    from workers.runner_pool import ARM_RESOURCE, CPU_RESOURCE
+    from workers.slots import ARM_RESOURCE, CPU_RESOURCE
 
     raw = yaml.safe_load((ROOT / "cluster.yaml").read_text())
     validate_config(prepare_config(raw))  # raises on a schema error

@@ -21,10 +21,11 @@ from database import TargetKey
 from tests.conftest import matmul_mod
 from tests.ray_processes import repo_on_pythonpath
 from workers.build import sandboxed_build
-from workers.config import MeasureConfig
+from workers.config import FaultPolicy, MeasureConfig
 from workers.results import ErrorKind
-from workers.runner_pool import FaultPolicy, RunnerPool, SlotSpec
+from workers.runner_pool import RunnerPool
 from workers.sandbox import Sandbox
+from workers.slots import SlotSpec
 
 FAULTS = "tests.workers.faults"
 FAST = MeasureConfig(number=1, repeat=2, min_repeat_ms=5, run_timeout_s=20)
@@ -35,7 +36,7 @@ def local_ray():
     """A local Ray whose workers can import this repository's test helpers."""
     import ray
 
-    from workers.ray_pool import RayConnection
+    from workers.connection import RayConnection
 
     with repo_on_pythonpath(), RayConnection(num_cpus=2):
         yield ray
@@ -81,7 +82,8 @@ def test_ray_builder_recovers_from_hanging_build(local_ray, llvm_target) -> None
     from tvm import te
 
     from tuner.pipeline import normalize
-    from workers.ray_pool import Ledger, RayBuilder
+    from workers.builder import RayBuilder
+    from workers.ledger import Ledger
 
     a = te.placeholder((8,), name="hang_me")
     hang = normalize(te.create_prim_func([a, te.compute((8,), lambda i: a[i] * 2.0)]))
@@ -172,7 +174,9 @@ def test_killed_worker_process_is_restarted_and_its_candidate_retried(local_ray)
 def test_crashing_kernel_is_not_blamed_on_the_runner(local_ray, llvm_target) -> None:
     """A real kernel that kills every runner it touches: worker_died, the slot stays healthy."""
     from tests.conftest import crashing_mod
-    from workers.ray_pool import Ledger, RayBuilder, RayRunner
+    from workers.builder import RayBuilder
+    from workers.ledger import Ledger
+    from workers.runner import RayRunner
 
     ledger = Ledger()
     policy = FaultPolicy(max_attempts=2, quarantine_after=2, startup_timeout_s=60)

@@ -37,8 +37,11 @@ def test_cuda_runner_measures_on_every_gpu() -> None:
     if not tvm.cuda(0).exist:
         pytest.skip("no CUDA GPU on this machine")
     from tuner.targets import detect_cuda_arch
-    from workers.ray_pool import Ledger, RayBuilder, RayConnection, RayRunner
-    from workers.runner_pool import discover_slots
+    from workers.builder import RayBuilder
+    from workers.connection import RayConnection
+    from workers.ledger import Ledger
+    from workers.runner import RayRunner
+    from workers.slots import discover_slots
 
     mod, target = _cuda_matmul(detect_cuda_arch())
     config = MeasureConfig(number=3, repeat=3, min_repeat_ms=10)
@@ -77,7 +80,7 @@ def test_a_gpu_whose_tvm_has_no_cuda_runtime_is_unusable_and_a_cuda_job_stops_at
     from tests.conftest import TINY
     from tuner.cli import app
     from workers.gpu import unusable_gpus
-    from workers.runner_pool import discover_slots
+    from workers.slots import discover_slots
 
     ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False)
     try:

@@ -47,14 +47,10 @@ def test_measure_config_is_validated() -> None:
 def test_ray_builder_and_runner(llvm_target) -> None:
     import ray
 
-    from workers.ray_pool import (
-        OVER_BUDGET,
-        Ledger,
-        RayBuilder,
-        RayConnection,
-        RayRunner,
-        TrialBudget,
-    )
+    from workers.builder import RayBuilder
+    from workers.connection import RayConnection
+    from workers.ledger import OVER_BUDGET, Ledger, TrialBudget
+    from workers.runner import RayRunner
 
     mod = matmul_mod()
     crash = crashing_mod()

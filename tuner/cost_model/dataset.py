@@ -1,9 +1,10 @@
 """Training data for the cost model, read from the schedule database.
 
 Every record of a target kind and architecture (valid or failed) becomes one row: its
-features (cached per record in ``record_features``; computed by replaying its trace on its
-workload when not cached), its mean latency (NaN when it failed), its workload (the ranking
-group) and its record id (for chronological splits).
+features (cached per record in ``record_features``, see :mod:`database.training`;
+computed by replaying its trace on its workload when not cached), its mean latency (NaN
+when it failed), its workload (the ranking group) and its record id (for chronological
+splits).
 """
 
 from __future__ import annotations
@@ -16,13 +17,20 @@ from typing import Any
 
 import numpy as np
 import tvm
-from sqlalchemy import func, select
 from tvm.s_tir import meta_schedule as ms
 
 from database import Storage, TargetKey
-from database.models import RecordRow, WorkloadRow
-from tuner.cost_model.cache import CHUNK, read_features, store_features
+from database.training import (
+    WorkloadSummary,
+    read_features,
+    record_traces,
+    store_features,
+    training_rows,
+    workload_mods,
+    workload_summaries,
+)
 from tuner.cost_model.features import (
+    FEATURE_VERSION,
     WIDTH,
     extractor,
     featurize,
@@ -34,18 +42,6 @@ from tuner.fastimport import preload_tensor_intrin
 log = logging.getLogger("tunefarm.cost_model")
 
 
-@dataclass(frozen=True)
-class DatasetWorkload:
-    """A workload as the cost model's dataset sees it: row id, structural hash, task name,
-    family and bucket."""
-
-    id: int
-    shash: str
-    task_name: str | None
-    family: str | None
-    bucket: dict[str, int] | None
-
-
 @dataclass
 class Dataset:
     """Rows of features with latencies (NaN = failed), ranking groups and record ids."""
@@ -55,7 +51,7 @@ class Dataset:
     group: np.ndarray
     record_id: np.ndarray
     per_store: list[np.ndarray] = field(default_factory=list)
-    workloads: dict[int, DatasetWorkload] = field(default_factory=dict)
+    workloads: dict[int, WorkloadSummary] = field(default_factory=dict)
     replayed: int = 0  # records whose features were computed by replaying their trace
     cached: int = 0  # records whose features came from the record_features cache
 
@@ -91,45 +87,6 @@ class Dataset:
         }
 
 
-def _target_filter(query: Any, kind: str, arch: str | None) -> Any:
-    query = query.where(RecordRow.target_kind == kind)
-    if arch is None:
-        return query.where(RecordRow.target_arch.is_(None))
-    return query.where(RecordRow.target_arch == arch)
-
-
-def record_stats(
-    storage: Storage, kind: str, arch: str | None, after_id: int = 0
-) -> tuple[int, int]:
-    """(count, max id) of valid records of a target kind and arch with id > ``after_id``."""
-    query = _target_filter(
-        select(func.count(RecordRow.id), func.max(RecordRow.id)).where(
-            RecordRow.mean_sec.is_not(None), RecordRow.id > after_id
-        ),
-        kind,
-        arch,
-    )
-    count, max_id = storage.run(lambda s: s.execute(query).one())
-    return int(count or 0), int(max_id or 0)
-
-
-def workload_infos(storage: Storage, ids: list[int] | None = None) -> dict[int, DatasetWorkload]:
-    query = select(
-        WorkloadRow.id,
-        WorkloadRow.shash,
-        WorkloadRow.task_name,
-        WorkloadRow.family_shash,
-        WorkloadRow.bucket_json,
-    )
-    if ids is not None:
-        query = query.where(WorkloadRow.id.in_(ids))
-    rows = storage.run(lambda s: list(s.execute(query)))
-    return {
-        r[0]: DatasetWorkload(r[0], r[1], r[2], r[3], json.loads(r[4]) if r[4] else None)
-        for r in rows
-    }
-
-
 def load_dataset(
     storage: Storage,
     target: TargetKey,
@@ -146,33 +103,29 @@ def load_dataset(
     Features come from the ``record_features`` cache; records without a usable cached row are
     replayed and featurized, and (with ``cache``) their features stored for the next load.
     """
-    query = _target_filter(
-        select(RecordRow.id, RecordRow.workload_id, RecordRow.mean_sec),
+    rows = training_rows(
+        storage,
         target.kind,
         target.arch,
-    ).order_by(RecordRow.id.desc())
-    if after_id:
-        query = query.where(RecordRow.id > after_id)
-    if not include_failed:
-        query = query.where(RecordRow.mean_sec.is_not(None))
-    if workload_ids is not None:
-        query = query.where(RecordRow.workload_id.in_(workload_ids))
-    if max_records is not None:
-        query = query.limit(max_records)
-    rows = storage.run(lambda s: list(s.execute(query)), write=False)
+        workload_ids=workload_ids,
+        max_records=max_records,
+        include_failed=include_failed,
+        after_id=after_id,
+    )
     wl_of = {r[0]: r[1] for r in rows}
     sec_of = {r[0]: r[2] for r in rows}
-    found = read_features(storage, list(wl_of)) if cache else {}
+    found = read_features(storage, list(wl_of), FEATURE_VERSION, WIDTH) if cache else {}
     feats: dict[int, tuple[np.ndarray, np.ndarray]] = {
         rid: (c.pooled, c.per_store) for rid, c in found.items() if c.workload_id == wl_of[rid]
     }
     missing = [rid for rid in wl_of if rid not in feats]
-    infos = workload_infos(storage, sorted(set(wl_of.values())))
+    infos = workload_summaries(storage, sorted(set(wl_of.values())))
     replayed, skipped = _replay(storage, missing, infos, feats) if missing else (0, 0)
     if replayed and cache:
         store_features(
             storage,
             ((rid, wl_of[rid], *feats[rid]) for rid in missing if rid in feats),
+            FEATURE_VERSION,
         )
     if skipped:
         log.info("cost model: %d stored traces did not replay and were left out", skipped)
@@ -197,28 +150,17 @@ def load_dataset(
 def _replay(
     storage: Storage,
     ids: list[int],
-    infos: dict[int, DatasetWorkload],
+    infos: dict[int, WorkloadSummary],
     out: dict[int, tuple[np.ndarray, np.ndarray]],
 ) -> tuple[int, int]:
     """Features of records ``ids`` by replaying their traces, into ``out``.
 
     Returns (records featurized, records whose trace did not replay).
     """
-    recs: list[Any] = []
-    for start in range(0, len(ids), CHUNK):
-        q = select(
-            RecordRow.id,
-            RecordRow.workload_id,
-            RecordRow.trace_json,
-            RecordRow.args_info_json,
-            RecordRow.target_json,
-        ).where(RecordRow.id.in_(ids[start : start + CHUNK]))
-        recs.extend(storage.run(lambda s, q=q: list(s.execute(q)), write=False))
     by_wl: dict[int, list[Any]] = {}
-    for row in sorted(recs, key=lambda r: r[0]):
+    for row in record_traces(storage, ids):
         by_wl.setdefault(row[1], []).append(row)
-    q = select(WorkloadRow.id, WorkloadRow.mod_json).where(WorkloadRow.id.in_(list(by_wl)))
-    mods = dict(storage.run(lambda s: list(s.execute(q)), write=False))
+    mods = workload_mods(storage, list(by_wl))
     preload_tensor_intrin()  # TuneContext imports it; the slow path costs ~40 s
     fx = extractor()
     done = skipped = 0

@@ -16,7 +16,6 @@ from collections.abc import Mapping
 import numpy as np
 import tvm
 import xgboost as xgb
-from sqlalchemy import select
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.cost_model import PyCostModel
@@ -24,9 +23,9 @@ from tvm.s_tir.meta_schedule.runner import RunnerResult
 
 from database import Storage, TargetKey, shash_of
 from database.errors import DatabaseError
-from database.models import RecordRow, WorkloadRow
-from tuner.cost_model.cache import CHUNK, store_features
+from database.training import records_of_candidates, store_features
 from tuner.cost_model.features import (
+    FEATURE_VERSION,
     CandidateFeatures,
     extractor,
     featurize,
@@ -137,35 +136,22 @@ class TunefarmModel(PyCostModel):
         """Cache the features of the measured candidates that are records of ``storage`` for
         ``target`` (the job's own records), so the next warm start need not replay them.
 
-        Best effort (see :func:`tuner.cost_model.cache.store_features`); returns rows stored.
+        Best effort (see :func:`database.training.store_features`); returns rows stored.
         """
         if not self._measured or storage.read_only:
             return 0
         hashes = sorted({c for _, c in self._measured})
-        tkey = TargetKey.of(target).key
-        rows = []
-        for start in range(0, len(hashes), CHUNK):
-            query = (
-                select(
-                    RecordRow.id, RecordRow.workload_id, WorkloadRow.shash, RecordRow.candidate_hash
-                )
-                .join(WorkloadRow, WorkloadRow.id == RecordRow.workload_id)
-                .where(
-                    RecordRow.target_key == tkey,
-                    RecordRow.candidate_hash.in_(hashes[start : start + CHUNK]),
-                )
-            )
-            try:
-                rows.extend(storage.run(lambda s, q=query: list(s.execute(q)), write=False))
-            except DatabaseError as err:
-                log.info("cost model: features not cached (%s)", err)
-                return 0
+        try:
+            rows = records_of_candidates(storage, TargetKey.of(target).key, hashes)
+        except DatabaseError as err:
+            log.info("cost model: features not cached (%s)", err)
+            return 0
         found = [
             (rid, wid, *self._measured[(shash, chash)])
             for rid, wid, shash, chash in rows
             if (shash, chash) in self._measured
         ]
-        return store_features(storage, found)
+        return store_features(storage, found, FEATURE_VERSION)
 
     # ------------------------------------------------------------------ interface
     def load(self, path: str) -> None:

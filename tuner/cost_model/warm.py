@@ -5,7 +5,7 @@ compatible (same format, feature and TVM versions, an XGBoost that reads it) and
 valid records were added since). A stale one is continued with a few boosting rounds on the
 new records only; without a usable snapshot the base is trained from the records. Either is
 saved as a new snapshot, so every teammate's next job starts from it. Features of records come
-from the per-record cache (:mod:`tuner.cost_model.cache`). A corrupt or incompatible snapshot is
+from the per-record cache (:mod:`database.training`). A corrupt or incompatible snapshot is
 logged and skipped. The job's own workloads and the other buckets of their kernels are then
 loaded as weighted local data for the online part of the model.
 """
@@ -13,7 +13,6 @@ loaded as weighted local data for the online part of the model.
 from __future__ import annotations
 
 import getpass
-import json
 import logging
 import math
 import os
@@ -25,13 +24,12 @@ from typing import Any
 import numpy as np
 import tvm
 import xgboost as xgb
-from sqlalchemy import select
 
 from database import Storage, TargetKey, shash_of
-from database.models import WorkloadRow
 from database.snapshots import latest_snapshot, save_snapshot
+from database.training import record_stats, workload_summaries
 from database.transfer import bucket_distance
-from tuner.cost_model.dataset import Dataset, load_dataset, record_stats
+from tuner.cost_model.dataset import Dataset, load_dataset
 from tuner.cost_model.features import FEATURE_VERSION
 from tuner.cost_model.metrics import evaluate
 from tuner.cost_model.model import SAME_WORKLOAD_WEIGHT, TunefarmModel
@@ -228,32 +226,19 @@ def related_data(
 
     Returns the dataset (None when empty), group weights and buckets, both by workload shash.
     """
-    rows = storage.run(
-        lambda s: list(
-            s.execute(
-                select(
-                    WorkloadRow.id,
-                    WorkloadRow.shash,
-                    WorkloadRow.family_shash,
-                    WorkloadRow.bucket_json,
-                )
-            )
-        )
-    )
-    by_shash = {r[1]: r for r in rows}
+    rows = list(workload_summaries(storage).values())
+    by_shash = {r.shash: r for r in rows}
     mine = [by_shash[s] for s in shashes if s in by_shash]
     weights: dict[str, float] = {s: SAME_WORKLOAD_WEIGHT for s in shashes}
-    buckets: dict[str, Any] = {}
+    buckets: dict[str, Any] = {r.shash: r.bucket for r in rows}
+    wids = {r.id for r in mine}
     for r in rows:
-        buckets[r[1]] = json.loads(r[3]) if r[3] else None
-    wids = {r[0] for r in mine}
-    for r in rows:
-        if r[1] in weights or r[2] is None:
+        if r.shash in weights or r.family is None:
             continue
-        dists = [bucket_distance(buckets[r[1]], buckets[m[1]]) for m in mine if m[2] == r[2]]
+        dists = [bucket_distance(r.bucket, buckets[m.shash]) for m in mine if m.family == r.family]
         if dists:
-            weights[r[1]] = neighbour_weight(min(dists))
-            wids.add(r[0])
+            weights[r.shash] = neighbour_weight(min(dists))
+            wids.add(r.id)
     if not wids:
         return None, weights, buckets
     ds = load_dataset(storage, target, workload_ids=sorted(wids), max_records=MAX_LOCAL)

@@ -1,10 +1,11 @@
-"""Model frontends: ONNX (``.onnx``) and PyTorch exported programs (``.pt2``) into Relax.
+"""Model frontends into Relax: TVMScript files and IRModule JSON (``tvmscript``), ONNX
+(``.onnx``) and PyTorch exported programs (``.pt2``, ``torch``).
 
-``tuner.model.load_model`` picks the frontend by file suffix; each frontend imports its
+``tuner.model.load_model`` picks the frontend by file suffix; ONNX and PyTorch import their
 framework lazily, so TuneFarm works without them and a model needing one names the extra to
-install. A frontend returns an :class:`Imported`: the Relax module (symbolic dims named as in
-the source model), the weights when they are kept as inputs, and a reference implementation
-when the framework can run the model itself.
+install. A frontend returns an :class:`~tuner.frontends.reference.Imported`: the Relax module
+(symbolic dims named as in the source model), the weights when they are kept as inputs, and
+a reference implementation when one can run the model itself.
 """
 
 from __future__ import annotations
@@ -23,28 +24,20 @@ import tvm
 from tvm import relax
 
 from tuner.errors import TuneFarmError
-from tuner.model import Reference
+from tuner.frontends.reference import Imported
+from tuner.symbolic.walk import vars_of
 
-SUFFIXES = {".onnx": "onnx", ".pt2": "torch"}
-
-
-@dataclass(frozen=True)
-class Imported:
-    """What a frontend made of a model file.
-
-    ``params`` are the weights when they are kept as inputs (the trailing parameters of
-    ``main``, in order); ``reference.fn(*inputs)`` runs the original model on numpy data
-    inputs and returns its outputs flattened to a list.
-    """
-
-    mod: tvm.IRModule
-    params: tuple[np.ndarray, ...] = ()
-    reference: Reference | None = None
+SUFFIXES = {".py": "tvmscript", ".json": "json", ".onnx": "onnx", ".pt2": "torch"}
 
 
-def load(path: Path, *, keep_params: bool = False) -> Imported:
-    """Import ``path`` with the frontend of its suffix."""
+def load(path: Path, *, entry: str = "Module", keep_params: bool = False) -> Imported:
+    """Import ``path`` with the frontend of its suffix (``entry``: the IRModule's name in a
+    TVMScript file)."""
     name = SUFFIXES.get(path.suffix)
+    if name in ("tvmscript", "json"):
+        from tuner.frontends.tvmscript import load_ir_json, load_tvmscript
+
+        return load_tvmscript(path, entry) if name == "tvmscript" else load_ir_json(path)
     if name == "onnx":
         from tuner.frontends.onnx import load_onnx
 
@@ -93,23 +86,14 @@ def rename_symbolic_vars(mod: tvm.IRModule, names: dict[str, str]) -> tvm.IRModu
     if not names:
         return mod
     func = mod["main"]
-    taken = set()
-    for param in func.params:
-        ty = param.ty
-        if isinstance(ty, relax.TensorType) and ty.shape is not None:
-            for dim in ty.shape.values:
-                taken |= {v.name for v in tvm.tirx.analysis.undefined_vars(dim)}
+    found = vars_of(func.params)
+    taken = set(found)
     clash = sorted(set(names.values()) & (taken - set(names)))
     if clash or len(set(names.values())) != len(names):
         raise TuneFarmError(f"cannot rename symbolic dims {names}: names clash ({clash})")
-    mapping = {}
-    for param in func.params:
-        ty = param.ty
-        if isinstance(ty, relax.TensorType) and ty.shape is not None:
-            for dim in ty.shape.values:
-                for var in tvm.tirx.analysis.undefined_vars(dim):
-                    if var.name in names and var.name not in mapping:
-                        mapping[var.name] = tvm.tirx.Var(names[var.name], var.ty)
+    mapping = {
+        name: tvm.tirx.Var(names[name], var.ty) for name, var in found.items() if name in names
+    }
     func = func.bind_symbolic_vars(mapping)
     for key in ("tir_var_upper_bound", "tir_var_lower_bound"):
         bounds = func.attrs.get(key) if func.attrs is not None else None

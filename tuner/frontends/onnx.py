@@ -14,18 +14,18 @@ from pathlib import Path
 
 import numpy as np
 import tvm
-from tvm import relax
 
 from database.errors import error_summary
 from tuner.errors import TuneFarmError
 from tuner.frontends import (
-    Imported,
     detach,
     identifier,
     quiet,
     rename_symbolic_vars,
     require,
 )
+from tuner.frontends.reference import Imported
+from tuner.symbolic.walk import vars_of
 
 
 def load_onnx(path: Path, *, keep_params: bool = False) -> Imported:
@@ -56,13 +56,7 @@ def load_onnx(path: Path, *, keep_params: bool = False) -> Imported:
 
 
 def _dim_names(mod: tvm.IRModule) -> list[str]:
-    names: list[str] = []
-    for param in mod["main"].params:
-        ty = param.ty
-        if isinstance(ty, relax.TensorType) and ty.shape is not None:
-            for dim in ty.shape.values:
-                names += [v.name for v in tvm.tirx.analysis.undefined_vars(dim)]
-    return names
+    return list(vars_of(mod["main"].params))
 
 
 def ort_runner(path: Path, threads: int) -> Callable[..., list[np.ndarray]]:

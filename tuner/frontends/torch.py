@@ -28,7 +28,6 @@ import numpy as np
 from database.errors import error_summary
 from tuner.errors import TuneFarmError
 from tuner.frontends import (
-    Imported,
     clip_takes,
     detach,
     identifier,
@@ -37,7 +36,7 @@ from tuner.frontends import (
     rename_symbolic_vars,
     require,
 )
-from tuner.model import Reference
+from tuner.frontends.reference import Imported, Reference
 
 DIMS_FILE = "tunefarm_dims.json"
 
@@ -280,8 +279,8 @@ def export_onnx(program: Any, path: Path) -> Path:
 
 
 def root_cause(err: BaseException) -> str:
-    """``Type: first line`` of the innermost exception ``err`` was raised from (torch's
-    exporters wrap the real error in pages of advice), ANSI colours removed."""
+    """:func:`~database.errors.error_summary` of the innermost exception ``err`` was raised
+    from (torch's exporters wrap the real error in pages of advice)."""
     seen = {id(err)}
     while True:
         inner = err.__cause__ or err.__context__
@@ -289,8 +288,4 @@ def root_cause(err: BaseException) -> str:
             break
         seen.add(id(inner))
         err = inner
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(err)).strip()
-    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-    if len(line) > 240:
-        line = line[:237] + "..."
-    return f"{type(err).__name__}: {line}" if line else type(err).__name__
+    return error_summary(err, limit=240)

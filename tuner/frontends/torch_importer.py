@@ -25,6 +25,8 @@ from torch import fx
 from tvm import relax
 from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
 
+from tuner.symbolic.walk import vars_of
+
 
 class NodeImportError(Exception):
     """A converter failed on ``node``; ``cause`` is the original exception."""
@@ -93,12 +95,8 @@ class ShapeRestoringImporter(ExportedProgramImporter):
     def create_input_vars(self, exported_program: Any) -> tuple:
         out = super().create_input_vars(exported_program)
         for group in out[:2]:
-            for var in group.values():
-                ty = var.ty
-                if isinstance(ty, relax.TensorType) and ty.shape is not None:
-                    for dim in ty.shape.values:
-                        for sym in tvm.tirx.analysis.undefined_vars(dim):
-                            self.symbols.setdefault(sym.name, sym)
+            for name, sym in vars_of(group.values()).items():
+                self.symbols.setdefault(name, sym)
         for name, (lower, upper) in out[2].items():
             if name in self.symbols:
                 hi = upper if upper is not None else 2**62

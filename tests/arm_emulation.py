@@ -1,6 +1,6 @@
 """An emulated aarch64 TVM RPC device on an x86 host: set up once, start, stop.
 
-``python -m workers.arm_emulation setup`` builds, into ``~/.cache/tunefarm/arm`` (or
+``python -m tests.arm_emulation setup`` builds, into ``~/.cache/tunefarm/arm`` (or
 ``$TUNEFARM_ARM_CACHE``), an aarch64 CPython 3.11 sysroot unpacked from Debian's arm64 packages
 (``dpkg -x``, nothing installed into ``/``), the aarch64 wheels of TVM's runtime, and a wrapper
 that runs that Python under ``qemu-aarch64-static``. It is idempotent (a ``.ready`` stamp).

@@ -4,7 +4,7 @@ latency of the whole model over a shape profile (``tunefarm plan``).
 The model (documented in docs/symbolic-shapes.md, "Buckets from traffic"):
 
 - **Latency at a value** ``v`` is the sum over the model's kernels of ``calls x time``. A
-  symbolic kernel's time at ``v`` is what the build's dispatch rule (:mod:`tuner.dispatch`)
+  symbolic kernel's time at ``v`` is what the build's dispatch rule (:mod:`tuner.symbolic.dispatch`)
   would run there: its own cost model (:meth:`BucketKernel.cost` with the padding overhead,
   :data:`GENERIC_MARGIN`, :attr:`KernelDispatch.above`) applied to *predicted* bucket
   kernels, a static and a range kernel per bucket. The generic kernel's time at ``v`` is the
@@ -41,7 +41,6 @@ not modelled (:func:`Plan.predicted` is kernel time).
 from __future__ import annotations
 
 import heapq
-import json
 import math
 import statistics
 from dataclasses import asdict, dataclass, field
@@ -50,11 +49,17 @@ from typing import Any
 import tvm
 
 from database import TuneFarmDatabase, shash_of
-from tuner.buckets import bucket_tasks, choose_buckets, symbolic_vars, upper_bounds
-from tuner.dispatch import GENERIC_MARGIN, BucketKernel, KernelDispatch, PadBuffer, pad_buffers
 from tuner.errors import TuneFarmError
 from tuner.pipeline import extract_tasks, prepare
-from tuner.profile import ShapeProfile
+from tuner.symbolic.buckets import bucket_tasks, choose_buckets, symbolic_vars, upper_bounds
+from tuner.symbolic.dispatch import (
+    GENERIC_MARGIN,
+    BucketKernel,
+    KernelDispatch,
+    PadBuffer,
+    pad_buffers,
+)
+from tuner.symbolic.profile import ShapeProfile
 
 PRIOR_FLOOR = 0.2  # without histories: tuning ends at 5x faster than the default schedule
 # ... unless the kernel's roofline says otherwise: a kernel of no family with histories ends
@@ -76,7 +81,6 @@ _TAUS = (2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0, 48.0, 64.0)
 # history whose second record jumped (default 80 ms, then 1 ms) fits floor -> 0, tau -> 0,
 # which would promise unbounded gains from more trials.
 FLOOR_OF_REACHED = 0.5
-_EMPTY_TRACE = json.dumps([[], []])  # the default schedule as tune records it
 
 
 # ---------------------------------------------------------------------- the gain curve
@@ -97,23 +101,10 @@ class GainCurve:
 def _histories(db: TuneFarmDatabase, target: tvm.target.Target) -> list[tuple[str, list[float]]]:
     """Per workload with a measured default and 4+ records on ``target``: (family shash or
     "", best-so-far / default after each record, in recording order)."""
-    from sqlalchemy import select
-
     from database import TargetKey
-    from database.models import RecordRow, WorkloadRow
+    from database.training import record_histories
 
-    query = (
-        select(
-            RecordRow.workload_id,
-            WorkloadRow.family_shash,
-            RecordRow.trace_json == _EMPTY_TRACE,
-            RecordRow.mean_sec,
-        )
-        .join(WorkloadRow, WorkloadRow.id == RecordRow.workload_id)
-        .where(RecordRow.target_key == TargetKey.of(target).key)
-        .order_by(RecordRow.workload_id, RecordRow.id)
-    )
-    rows = db.storage.run(lambda s: list(s.execute(query)), write=False)
+    rows = record_histories(db.storage, TargetKey.of(target).key)
     by_wl: dict[int, tuple[str, list[tuple[bool, float | None]]]] = {}
     for wid, family, is_default, mean in rows:
         by_wl.setdefault(wid, (family or "", []))[1].append((bool(is_default), mean))
@@ -244,7 +235,7 @@ def _pick(
     v: int,
 ) -> BucketKernel | None:
     """The dispatch rule's choice at ``v`` up to the largest bucket, as
-    :func:`tuner.dispatch.choose_intervals` makes it for each value (tested to agree)."""
+    :func:`tuner.symbolic.dispatch.choose_intervals` makes it for each value (tested to agree)."""
     best = min(kernels, key=lambda b: (b.cost(v, degree, buffers), b.value, not b.static))
     if generic:
         above = [(b, t) for b, t in generic if b >= v] or generic[-1:]
@@ -340,7 +331,7 @@ class Planner:
 
     # ------------------------------------------------------------------ setup
     def _analyse(self) -> None:
-        from tuner.rangekernel import pad_values, symbolic_var, work_degree
+        from tuner.symbolic.rangekernel import pad_values, symbolic_var, work_degree
 
         prepared = prepare(self.mod, self.target)
         self.kernels: dict[str, KernelModel] = {}
@@ -387,10 +378,10 @@ class Planner:
         tm.recorded = self.db.count_records(task.mod, self.target)
         if tm.recorded:
             found = self.db.best(task.mod, self.target)
-            tm.best_sec = found[2] if found else None
+            tm.best_sec = found.mean_sec if found else None
             tm.default_sec = self.db.default_schedule_sec(task.mod, self.target)
             if value is not None and found is not None and name in self.funcs:
-                tm.tile = _tile_of(self.funcs[name], found[0], self.var)
+                tm.tile = _tile_of(self.funcs[name], found.record, self.var)
         fam = self.family.get(name)
         tm.curve = self.family_curves.get(fam, self.curve) if fam else self.curve
         if tm.default_sec is not None:
@@ -774,7 +765,7 @@ def _rows(
 
 
 def _tile_of(func: Any, record: Any, var: str) -> int | None:
-    from tuner.rangekernel import transplant
+    from tuner.symbolic.rangekernel import transplant
 
     if not any(inst.kind.name != "EnterPostproc" for inst in record.trace.insts):
         return None  # the default schedule won: the generic kernel serves

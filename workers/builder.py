@@ -1,96 +1,31 @@
-"""MetaSchedule builders and runners whose work runs as Ray tasks and actors.
-
-Builders are Ray tasks (one CPU each) that return the compiled artifact into Ray's object
-store; runners are Ray actors, one per device, that fetch the artifact from the object store
-and time one candidate at a time. Nothing travels through a shared filesystem.
-
-MetaSchedule only passes an ``artifact_path`` string from builder to runner; here it is a key
-into a :class:`Ledger` that holds the object reference and the full results (error kinds,
-device, worker) for the job's recorder.
-"""
+"""A MetaSchedule builder whose builds are Ray tasks (one CPU each) that return the compiled
+artifact into Ray's object store: nothing travels through a shared filesystem."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
 import logging
 import math
-import os
-import threading
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import ray
 import tvm
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
-from tvm.s_tir.meta_schedule.runner import (
-    PyRunner,
-    PyRunnerFuture,
-    RunnerFuture,
-    RunnerInput,
-    RunnerResult,
-)
 
 from workers.build import DEFAULT_BUILD_FN, sandboxed_build
-from workers.config import MeasureConfig
-from workers.results import BuildResult, ErrorKind, EventLog, RunResult
-from workers.runner_pool import (
-    DeviceRunner,
-    FaultPolicy,
-    PoolFuture,
-    RunnerPool,
-    SlotSpec,
-    discover_slots,
-)
+from workers.config import FaultPolicy, MeasureConfig
+from workers.connection import RayConnection
+from workers.ledger import OVER_BUDGET, Entry, Ledger, TrialBudget, run_result_of_row
+from workers.results import BuildResult, ErrorKind, EventLog
+from workers.slots import SlotSpec
 
 if TYPE_CHECKING:
     from database import TuneFarmDatabase
 
 log = logging.getLogger("tunefarm.workers")
-
-
-# --------------------------------------------------------------------------- Ray lifecycle
-class RayConnection:
-    """Connect to a Ray cluster (``address``) or start an embedded local instance.
-
-    Use as a context manager; a local instance started here is shut down on exit.
-    """
-
-    def __init__(self, address: str | None = None, num_cpus: int | None = None) -> None:
-        self.address = address
-        self.num_cpus = num_cpus
-        self.started = False
-
-    def __enter__(self) -> RayConnection:
-        if ray.is_initialized():
-            return self
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        kwargs: dict[str, Any] = {
-            "logging_level": logging.ERROR,
-            "log_to_driver": False,
-            "include_dashboard": False,
-        }
-        if self.address:
-            ray.init(address=self.address, **kwargs)
-        else:
-            # "local": always a private instance, even when a `ray start` cluster runs on
-            # this machine (a bare init would join it)
-            ray.init(address="local", num_cpus=self.num_cpus or os.cpu_count() or 1, **kwargs)
-            self.started = True
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.started:
-            ray.shutdown()
-            self.started = False
-
-    @staticmethod
-    def cpus() -> int:
-        """CPUs the connected cluster offers (at least 1)."""
-        return max(1, int(ray.cluster_resources().get("CPU", 1)))
 
 
 @ray.remote(num_returns=2)
@@ -113,83 +48,6 @@ def _build_nodes() -> set[str]:
     }
 
 
-# --------------------------------------------------------------------------- ledger
-@dataclass
-class Entry:
-    """Everything known about one candidate between build, run and record."""
-
-    candidate_hash: str
-    build: BuildResult | None = None
-    run: RunResult | None = None
-    artifact: Any = None  # ray.ObjectRef of the .so bytes
-    cached: bool = False  # measured in an earlier job: nothing was built or run
-    dropped: bool = False  # past the job's trial budget: not built, run or recorded
-    rebuild: Any = None  # () -> a new artifact ref, when the first copy is lost with its node
-
-
-@dataclass
-class Ledger:
-    """Shared by the builder, the runner and the recorder of one job (thread-safe)."""
-
-    entries: dict[str, Entry] = field(default_factory=dict)
-    _ids: itertools.count = field(default_factory=itertools.count)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def add(self, entry: Entry) -> str:
-        with self._lock:
-            key = f"ray-artifact:{next(self._ids)}"
-            self.entries[key] = entry
-            return key
-
-    def get(self, key: str | None) -> Entry | None:
-        with self._lock:
-            return self.entries.get(key or "")
-
-    def pop(self, key: str | None) -> Entry | None:
-        with self._lock:
-            return self.entries.pop(key or "", None)
-
-
-class TrialBudget:
-    """How many more candidates a job may build, run and record (thread-safe).
-
-    The builder takes one slot per candidate it sends to a build (candidates measured in an
-    earlier job cost nothing); a candidate that finds no slot is dropped, never built.
-    """
-
-    def __init__(self, left: int) -> None:
-        self._left = max(0, left)
-        self._lock = threading.Lock()
-
-    @property
-    def left(self) -> int:
-        with self._lock:
-            return self._left
-
-    def take(self) -> bool:
-        """Take one slot; False when the budget is spent."""
-        with self._lock:
-            if self._left <= 0:
-                return False
-            self._left -= 1
-            return True
-
-
-OVER_BUDGET = "not built: the job's trial budget is spent"
-
-
-def _run_secs_of_row(row: Any) -> RunResult:
-    import json
-
-    if row.mean_sec is None:
-        kind = ErrorKind(row.error_kind) if row.error_kind else ErrorKind.RUN_ERROR
-        return RunResult(
-            error_kind=kind, error_msg=kind.message(row.error_msg or "measured before")
-        )
-    return RunResult(run_secs=tuple(json.loads(row.run_secs_json)), device=row.device)
-
-
-# --------------------------------------------------------------------------- builder
 @derived_object
 class RayBuilder(PyBuilder):
     """Builds candidates as Ray tasks; skips candidates already measured on the target.
@@ -268,7 +126,7 @@ class RayBuilder(PyBuilder):
             if row is not None:
                 entry.cached = True
                 entry.build = BuildResult()
-                entry.run = _run_secs_of_row(row)
+                entry.run = run_result_of_row(row)
                 keys.append(self.ledger.add(entry))
                 continue
             if self.budget is not None and not self.budget.take():
@@ -384,120 +242,3 @@ def _build_status(ref: Any) -> BuildResult:
         msg = kind.message(f"build task returned {type(value).__name__}, not a BuildResult")
         return BuildResult(error_kind=kind, error_msg=msg)
     return value
-
-
-# --------------------------------------------------------------------------- runner
-@derived_object
-class RayRunnerFuture(PyRunnerFuture):
-    """The pending measurement of one candidate in the runner pool."""
-
-    def __init__(self, runner: RayRunner, key: str, future: PoolFuture | None) -> None:
-        super().__init__()
-        self.runner = runner
-        self.key = key
-        self.future = future
-
-    def done(self) -> bool:
-        return self.future is None or self.future.done()
-
-    def result(self) -> RunnerResult:
-        entry = self.runner.ledger.get(self.key)
-        assert entry is not None
-        if self.future is not None and entry.run is None:
-            start = time.perf_counter()
-            entry.run = self.future.result()
-            self.runner.wait_sec += time.perf_counter() - start
-        entry.artifact = None  # release the object-store copy
-        entry.rebuild = None
-        run = entry.run
-        assert run is not None
-        if run.ok:
-            return RunnerResult([float(s) for s in run.run_secs or ()], None)
-        return RunnerResult(None, run.error_msg)
-
-
-@derived_object
-class RayRunner(PyRunner):
-    """Measures built candidates on the cluster's device actors, one at a time per device.
-
-    ``slots`` default to the devices of ``device_kind`` found in the cluster
-    (:func:`workers.runner_pool.discover_slots`).
-    """
-
-    def __init__(
-        self,
-        ledger: Ledger,
-        config: MeasureConfig,
-        device_kind: str = "cpu",
-        slots: list[SlotSpec] | None = None,
-        policy: FaultPolicy | None = None,
-    ) -> None:
-        super().__init__()
-        self.ledger = ledger
-        self.config = config
-        self.device_kind = device_kind
-        self.slot_specs = slots
-        self.policy = policy
-        self._pool: RunnerPool | None = None
-        self.wait_sec = 0.0  # driver time blocked on measurements, for the overhead split
-
-    def has_devices(self) -> bool:
-        """Whether the cluster has a device of this kind that can measure (asks once)."""
-        if self.slot_specs is None:
-            self.slot_specs = discover_slots(self.device_kind)
-        return bool(self.slot_specs)
-
-    def no_device_message(self) -> str:
-        """One line: why no device of this kind can measure."""
-        if self.device_kind == "cuda":
-            from workers.gpu import no_usable_gpu_message
-
-            return no_usable_gpu_message()
-        return f"the cluster has no {self.device_kind} device to measure on"
-
-    @property
-    def pool(self) -> RunnerPool:
-        if self._pool is None:
-            if not self.has_devices():
-                raise RuntimeError(self.no_device_message())
-            assert self.slot_specs is not None
-            self._pool = RunnerPool(self.slot_specs, self.config, self.policy)
-        return self._pool
-
-    def run(self, runner_inputs: list[RunnerInput]) -> list[RunnerFuture]:
-        futures = []
-        for inp in runner_inputs:
-            key = inp.artifact_path
-            entry = self.ledger.get(key)
-            if entry is None or entry.cached or entry.artifact is None:
-                if entry is not None and entry.run is None:
-                    entry.run = RunResult(
-                        error_kind=ErrorKind.RUN_ERROR,
-                        error_msg=ErrorKind.RUN_ERROR.message("no artifact to run"),
-                    )
-                futures.append(RayRunnerFuture(self, key, None))
-                continue
-            args_info = [arg.as_json() for arg in inp.args_info]
-            fut = self.pool.submit(entry.artifact, args_info, key, entry.rebuild)
-            futures.append(RayRunnerFuture(self, key, fut))
-        return futures
-
-    def shutdown(self) -> None:
-        """Stop the device actors."""
-        if self._pool is not None:
-            self._pool.shutdown()
-            self._pool = None
-
-
-__all__ = [
-    "DeviceRunner",
-    "Entry",
-    "FaultPolicy",
-    "Ledger",
-    "RayBuilder",
-    "RayConnection",
-    "RayRunner",
-    "RunnerPool",
-    "SlotSpec",
-    "TrialBudget",
-]

@@ -39,7 +39,14 @@ from tvm import relax, tirx
 
 from database import TuneFarmDatabase, shash_of
 from tuner.pipeline import normalize
-from tuner.rangekernel import RangeKernel, pad_values, symbolic_var, transplant, work_degree
+from tuner.symbolic.rangekernel import (
+    RangeKernel,
+    pad_values,
+    symbolic_var,
+    transplant,
+    work_degree,
+)
+from tuner.symbolic.walk import param_dims
 
 # What a padded branch costs beyond its kernel. Measured on a 2-core x86 VM (AMD EPYC, TVM
 # 0.27, the untuned zeros/concat/strided_slice that LegalizeOps emits): padding x[1, 128] to 8
@@ -484,11 +491,9 @@ MAX_REGIONS = 8
 def _param_vars(params: list[relax.Var]) -> dict[str, tirx.Var]:
     """The symbolic variables a Relax function's parameters define, by name."""
     out: dict[str, tirx.Var] = {}
-    for param in params:
-        shape = getattr(param.ty, "shape", None)
-        for dim in getattr(shape, "values", None) or ():
-            if isinstance(dim, tirx.Var):
-                out.setdefault(dim.name, dim)
+    for _, _, dim in param_dims(params):
+        if isinstance(dim, tirx.Var):
+            out.setdefault(dim.name, dim)
     return out
 
 

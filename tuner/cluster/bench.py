@@ -20,6 +20,7 @@ from database import Storage, TuneFarmDatabase
 from database.errors import error_summary
 from tuner.errors import TuneFarmError
 from tuner.model import Model
+from tuner.symbolic.walk import missing_vars
 from workers.config import MeasureConfig
 
 DEVICE_KINDS = ("cpu", "cuda", "arm64")
@@ -77,7 +78,7 @@ def parse_devices(spec: list[str] | None) -> list[str] | None:
 
 def _slots(kind: str) -> list[Any]:
     """Device slots of ``kind`` that can run a whole model (RPC bridges time kernels only)."""
-    from workers.runner_pool import discover_slots
+    from workers.slots import discover_slots
 
     return [s for s in discover_slots(kind, measure_fn=MEASURE_VM) if s.actor_cls is None]
 
@@ -155,7 +156,7 @@ def args_info_of(model: Model, shape: dict[str, int]) -> list[list[Any]]:
             raise TuneFarmError(f"parameter {param.name} is not a tensor of known rank")
         dims = []
         for dim in ty.shape.values:
-            missing = [v.name for v in tvm.tirx.analysis.undefined_vars(dim) if v.name not in shape]
+            missing = missing_vars(dim, shape)
             if missing:
                 raise TuneFarmError(f"symbolic dim {missing[0]} needs a value: pass --shape")
             dims.append(eval_dim(dim, shape))

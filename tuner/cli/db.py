@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from database.storage import Storage, default_url, redact
-from tuner.cli_common import DbOpt, check_range, console, open_storage, user_errors
+from tuner.cli.common import DbOpt, check_range, console, open_storage, user_errors
 from tuner.errors import TuneFarmError
 from tuner.progress import fmt_sec
 

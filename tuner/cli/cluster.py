@@ -1,12 +1,12 @@
-"""``tunefarm submit / jobs / status / logs / workers``: tune jobs on a Ray cluster.
+"""``tunefarm submit / jobs / status / logs / workers``: tune jobs on a Ray cluster, thin
+commands over :mod:`tuner.cluster.client`.
 
-``--address`` names the cluster's head on every command (see ``cli_common.parse_address``);
+``--address`` names the cluster's head on every command (see ``tuner.cluster.address``);
 these commands talk to its dashboard, ``http://HEAD:8265`` unless an ``http://`` address
 names another port. Jobs go through Ray's Jobs API on the dashboard: the model file
 travels in the job's ``working_dir``, the job runs ``tunefarm tune`` on the cluster against
 ``--address auto``. Clusters with token authentication (the default in Ray 2.60 when a token
-exists) get ``Authorization: Bearer <token>`` from ``$RAY_AUTH_TOKEN``, the file named by
-``$RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``. The cluster's nodes, devices and runners
+exists) get its token (see the client). The cluster's nodes, devices and runners
 come from Ray's state API on the same address.
 """
 
@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shlex
 import shutil
 import tempfile
 import time
@@ -27,8 +25,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from database.errors import error_summary
-from tuner.cli_common import (
+from tuner.cli.common import (
     ArchOpt,
     CostModelOpt,
     DbOpt,
@@ -48,9 +45,19 @@ from tuner.cli_common import (
     check_tune_options,
     console,
     err_console,
-    parse_address,
-    ray_address,
+    open_storage,
     user_errors,
+)
+from tuner.cluster.address import ray_address
+from tuner.cluster.client import (
+    cluster_workers,
+    dashboard_url,
+    failure_reason,
+    job_client,
+    job_dict,
+    job_info,
+    job_runtime_env,
+    tune_command,
 )
 from tuner.errors import TuneFarmError
 
@@ -66,129 +73,6 @@ AddressOpt = Annotated[
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
-RUNNER_CLASSES = ("DeviceRunner", "ArmBridge")
-TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
-
-
-# ----------------------------------------------------------------- connection
-def dashboard_url(address: str | None) -> str:
-    """The dashboard URL of ``--address``, the environment, or the local default: a bare
-    ``HOST`` or ``HOST:PORT`` (a GCS address) means the dashboard's port 8265 on that host."""
-    addr = (
-        address
-        or os.environ.get("TUNEFARM_RAY_DASHBOARD")
-        or os.environ.get("RAY_API_SERVER_ADDRESS")
-        or "http://127.0.0.1:8265"
-    )
-    return parse_address(addr).dashboard
-
-
-def _unreachable(url: str, err: BaseException) -> TuneFarmError:
-    reason = _reason(err)
-    hint = (
-        "; is the dashboard elsewhere? give it as --address http://HOST:8265"
-        if reason == "connection refused"
-        else ""
-    )
-    return TuneFarmError(f"cannot reach the Ray cluster's dashboard at {url}: {reason}{hint}")
-
-
-def auth_token() -> str | None:
-    """The cluster's token: ``$RAY_AUTH_TOKEN``, ``$RAY_AUTH_TOKEN_PATH``, ``~/.ray/auth_token``."""
-    token = os.environ.get("RAY_AUTH_TOKEN", "").strip()
-    if token:
-        return token
-    path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
-    try:
-        return path.read_text().strip() or None
-    except OSError:
-        return None
-
-
-def auth_headers() -> dict[str, str]:
-    token = auth_token()
-    return {"Authorization": f"Bearer {token}"} if token else {}
-
-
-def _reason(err: BaseException) -> str:
-    text = " ".join(str(err).split())
-    if "401" in text or "Unauthorized" in text:
-        return "authentication required: set RAY_AUTH_TOKEN or ~/.ray/auth_token"
-    if "403" in text or "Forbidden" in text:
-        return "the cluster rejected the authentication token"
-    if "Connection refused" in text or "Failed to connect" in text or "connect" in text.lower():
-        return "connection refused"
-    return error_summary(err)
-
-
-def job_client(address: str | None) -> Any:
-    """A ``JobSubmissionClient`` with the cluster's auth header; unreachable → TuneFarmError."""
-    import logging
-
-    from ray.job_submission import JobSubmissionClient
-
-    url = dashboard_url(address)
-    logging.getLogger("ray").setLevel(logging.ERROR)
-    try:
-        return JobSubmissionClient(url, headers=auth_headers())
-    except Exception as err:
-        raise _unreachable(url, err) from None
-
-
-def state_get(address: str | None, resource: str, **params: Any) -> list[dict[str, Any]]:
-    """Rows of Ray's state API (``/api/v0/<resource>``) on the dashboard."""
-    import requests
-
-    url = dashboard_url(address)
-    query = {"limit": 10000, "detail": "true", "timeout": 30, **params}
-    try:
-        resp = requests.get(
-            f"{url}/api/v0/{resource}", params=query, headers=auth_headers(), timeout=35
-        )
-        resp.raise_for_status()
-        body = resp.json()
-    except Exception as err:
-        raise _unreachable(url, err) from None
-    if not body.get("result", False):
-        raise TuneFarmError(f"Ray state API error on {resource}: {body.get('msg', '')[:200]}")
-    return list(body["data"]["result"]["result"])
-
-
-def _job_info(client: Any, job: str) -> Any:
-    try:
-        return client.get_job_info(job)
-    except Exception as err:
-        if "404" in str(err) or "does not exist" in str(err):
-            raise TuneFarmError(f"no job {job!r} on this cluster (see `tunefarm jobs`)") from None
-        raise TuneFarmError(f"cannot read job {job!r}: {_reason(err)}") from None
-
-
-# ----------------------------------------------------------------- submit
-def tune_command(model_name: str, options: dict[str, Any], python: str) -> str:
-    """The entrypoint a submitted job runs on the cluster."""
-    cmd = [python, "-m", "tuner.cli", "tune", model_name, "--address", "auto"]
-    for flag, value in options.items():
-        if value is None or value is False:
-            continue
-        if isinstance(value, list):
-            for v in value:
-                cmd += [flag, str(v)]
-        elif value is True:
-            cmd.append(flag)
-        else:
-            cmd += [flag, str(value)]
-    return shlex.join(cmd)
-
-
-def job_runtime_env(work_dir: str, rpc_tracker: str | None, rpc_key: str) -> dict[str, Any]:
-    """The job's runtime env: the shipped folder, and where its RPC devices are."""
-    env: dict[str, Any] = {"working_dir": work_dir}
-    if rpc_tracker:
-        host, _, port = rpc_tracker.rpartition(":")
-        if not host or not port.isdigit():
-            raise TuneFarmError(f"--rpc-tracker must be HOST:PORT, got {rpc_tracker!r}")
-        env["env_vars"] = {"TUNEFARM_RPC_TRACKER": rpc_tracker, "TUNEFARM_RPC_KEY": rpc_key}
-    return env
 
 
 def submit(
@@ -220,7 +104,7 @@ def submit(
     ] = False,
 ) -> None:
     """Submit a tune job for MODEL to a Ray cluster (Jobs API); prints its id."""
-    from tuner.buckets import parse_shape_options
+    from tuner.symbolic.buckets import parse_shape_options
     from tuner.targets import resolve_target
 
     # everything that can be checked here is, before contacting the cluster
@@ -264,7 +148,7 @@ def submit(
                 },
             )
         except Exception as err:
-            raise TuneFarmError(f"job submission failed: {_reason(err)}") from None
+            raise TuneFarmError(f"job submission failed: {failure_reason(err)}") from None
     console.print(f"submitted [bold]{submission_id}[/bold]", highlight=False)
     if db is None:
         err_console.print(
@@ -289,18 +173,6 @@ def _duration(info: Any) -> str:
     return f"{(end - info.start_time) / 1000:.0f} s"
 
 
-def _job_dict(info: Any) -> dict[str, Any]:
-    return {
-        "id": info.submission_id or info.job_id,
-        "status": str(info.status.value if hasattr(info.status, "value") else info.status),
-        "message": info.message,
-        "entrypoint": info.entrypoint,
-        "metadata": info.metadata or {},
-        "start_time": info.start_time,
-        "end_time": info.end_time,
-    }
-
-
 def jobs(
     address: AddressOpt = None,
     show_all: Annotated[bool, typer.Option("--all", help="Include non-TuneFarm jobs.")] = False,
@@ -311,11 +183,11 @@ def jobs(
     try:
         found = client.list_jobs()
     except Exception as err:
-        raise TuneFarmError(f"cannot list jobs: {_reason(err)}") from None
+        raise TuneFarmError(f"cannot list jobs: {failure_reason(err)}") from None
     found = [j for j in found if show_all or (j.metadata or {}).get("tunefarm")]
     found.sort(key=lambda j: j.start_time or 0, reverse=True)
     if as_json:
-        print(json.dumps([_job_dict(j) for j in found], indent=2))
+        print(json.dumps([job_dict(j) for j in found], indent=2))
         return
     table = Table(title=f"jobs on {dashboard_url(address)}")
     for col in ("job", "status", "model", "target", "trials", "started", "duration"):
@@ -323,7 +195,7 @@ def jobs(
     styles = {"SUCCEEDED": "green", "FAILED": "red", "RUNNING": "cyan", "STOPPED": "yellow"}
     for j in found:
         meta = j.metadata or {}
-        status = _job_dict(j)["status"]
+        status = job_dict(j)["status"]
         style = styles.get(status, "white")
         table.add_row(
             escape(j.submission_id or j.job_id or "-"),
@@ -345,8 +217,8 @@ def status(
     as_json: JsonOpt = False,
 ) -> None:
     """Status of one job (exit code 0 even if the job failed; see the status field)."""
-    info = _job_info(job_client(address), job)
-    data = _job_dict(info)
+    info = job_info(job_client(address), job)
+    data = job_dict(info)
     if as_json:
         print(json.dumps(data, indent=2))
         return
@@ -365,9 +237,9 @@ def _follow(client: Any, job: str) -> None:
     try:
         asyncio.run(tail())
     except Exception as err:
-        raise TuneFarmError(f"lost the log stream of {job}: {_reason(err)}") from None
-    final = _job_info(client, job)
-    state = _job_dict(final)["status"]
+        raise TuneFarmError(f"lost the log stream of {job}: {failure_reason(err)}") from None
+    final = job_info(client, job)
+    state = job_dict(final)["status"]
     console.print(f"job {job} {state}", highlight=False)
     if state != "SUCCEEDED":
         raise typer.Exit(1)
@@ -382,96 +254,14 @@ def logs(
 ) -> None:
     """Print a job's logs (``--follow``: stream them; exit 1 if the job does not succeed)."""
     client = job_client(address)
-    _job_info(client, job)
+    job_info(client, job)
     if follow:
         _follow(client, job)
         return
     try:
         print(client.get_job_logs(job), end="")
     except Exception as err:
-        raise TuneFarmError(f"cannot read the logs of {job}: {_reason(err)}") from None
-
-
-# ----------------------------------------------------------------- workers
-GPU_CHECK_TIMEOUT_S = 60
-
-
-def cluster_workers(address: str | None) -> list[dict[str, Any]]:
-    """One row per node: resources, device runners, busy and quarantined slots."""
-    nodes = state_get(address, "nodes")
-    actors = state_get(
-        address, "actors", filter_keys="state", filter_predicates="=", filter_values="ALIVE"
-    )
-    running = state_get(
-        address, "tasks", filter_keys="state", filter_predicates="=", filter_values="RUNNING"
-    )
-    busy_actors = {t.get("actor_id") for t in running if t.get("name", "").endswith(".measure")}
-    rows = []
-    for n in sorted(nodes, key=lambda n: (not n.get("is_head_node"), n["node_id"])):
-        nid = n["node_id"]
-        total = n.get("resources_total") or {}
-        runners, quarantined, busy = [], [], []
-        for a in actors:
-            if a.get("node_id") != nid:
-                continue
-            label = a.get("repr_name") or a.get("class_name", "")
-            if a.get("class_name") == "QuarantinedSlot":
-                quarantined.append(label)
-            elif a.get("class_name") in RUNNER_CLASSES:
-                runners.append(label)
-                if a.get("actor_id") in busy_actors:
-                    busy.append(label)
-        building = sum(
-            1 for t in running if t.get("node_id") == nid and t.get("name") == "_build_task"
-        )
-        devices = []
-        if total.get("GPU"):
-            devices.append(f"{int(total['GPU'])} GPU")
-        devices += [f"{k}={v:g}" for k, v in sorted(total.items()) if k.startswith("tunefarm_")]
-        rows.append(
-            {
-                "node_id": nid,
-                "ip": n.get("node_ip"),
-                "state": n.get("state"),
-                "head": bool(n.get("is_head_node")),
-                "cpus": total.get("CPU", 0),
-                "gpus": total.get("GPU", 0),
-                "memory_gb": round(total.get("memory", 0) / 2**30, 1),
-                "devices": devices,
-                "resources": total,
-                "runners": runners,
-                "busy": busy,
-                "building": building,
-                "quarantined": quarantined,
-                "gpu_unusable": None,
-            }
-        )
-    for nid, reason in gpu_check(address, [r["node_id"] for r in rows if r["gpus"]]).items():
-        for r in rows:
-            if r["node_id"] == nid:
-                r["gpu_unusable"] = reason
-    return rows
-
-
-def gpu_check(address: str | None, node_ids: list[str]) -> dict[str, str | None]:
-    """Whether each GPU node's TVM can time CUDA kernels (None: it can), asked by a driver
-    process joined to the cluster's GCS (``$RAY_ADDRESS``, else ``--address``'s host at port
-    6379); when no driver can join, every GPU node gets that as its reason."""
-    if not node_ids:
-        return {}
-    import subprocess
-    import sys
-
-    gcs = os.environ.get("RAY_ADDRESS") or parse_address(address or dashboard_url(None)).gcs
-    cmd = [sys.executable, "-m", "workers.gpu", gcs, *node_ids]
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=GPU_CHECK_TIMEOUT_S)
-        if out.returncode == 0:
-            return dict(json.loads(out.stdout))
-        why = error_summary(RuntimeError(out.stderr or f"exit {out.returncode}"), with_type=False)
-    except subprocess.TimeoutExpired:
-        why = f"no answer in {GPU_CHECK_TIMEOUT_S} s (wrong RAY_ADDRESS or auth token?)"
-    return dict.fromkeys(node_ids, f"not checked: cannot join {gcs} as a driver: {why}")
+        raise TuneFarmError(f"cannot read the logs of {job}: {failure_reason(err)}") from None
 
 
 def workers(address: AddressOpt = None, as_json: JsonOpt = False) -> None:
@@ -528,13 +318,12 @@ def bench_cluster(
     """``tunefarm bench MODEL --address RAY [--devices KIND,...]``: one row per device kind."""
     import itertools
 
-    from tuner.buckets import choose_buckets, parse_shape_options
-    from tuner.cli_common import open_storage
-    from tuner.cluster_bench import bench_on_cluster, parse_devices
+    from tuner.cluster.bench import bench_on_cluster, parse_devices
     from tuner.model import load_model
     from tuner.progress import fmt_sec
+    from tuner.symbolic.buckets import choose_buckets, parse_shape_options
     from workers.config import MeasureConfig
-    from workers.ray_pool import RayConnection
+    from workers.connection import RayConnection
 
     if address is None:
         raise TuneFarmError("--devices needs --address (the Ray cluster to bench on)")

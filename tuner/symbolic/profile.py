@@ -179,7 +179,7 @@ class ShapeProfile:
         resolved to the variable, unknown variables and values outside the model's range
         refused (one line). Variables of the model the profile does not name are allowed
         here; :meth:`require` refuses them where a value is needed."""
-        from tuner.buckets import (
+        from tuner.symbolic.buckets import (
             describe_vars,
             lower_bounds,
             resolve_shape_keys,
@@ -362,7 +362,7 @@ def record_shapes(lines: Iterable[str], mod: Any, source: str = "shapes") -> Sha
     axis; static dims must match and a variable seen twice must agree."""
     from tvm import relax, tirx
 
-    from tuner.buckets import data_inputs, symbolic_vars
+    from tuner.symbolic.buckets import data_inputs, symbolic_vars
 
     params = data_inputs(mod)
     names = symbolic_vars(mod)

@@ -13,7 +13,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from tuner.cli_common import (
+from tuner.cli.common import (
     ArchOpt,
     CostModelOpt,
     DbOpt,
@@ -54,7 +54,7 @@ def register(app: typer.Typer) -> None:
 
 def load_checked_profile(path: Path, mod: Any) -> Any:
     """``--shape-profile FILE`` read and checked against the model (one-line errors)."""
-    from tuner.profile import load_profile
+    from tuner.symbolic.profile import load_profile
 
     return load_profile(path).for_model(mod)
 
@@ -72,8 +72,8 @@ def make_plan(
     """(loaded model, target, storage, plan) for ``plan`` and ``plan --tune``."""
     from database import TuneFarmDatabase
     from tuner.model import load_model
-    from tuner.planner import Planner
-    from tuner.profile import load_profile
+    from tuner.symbolic.planner import Planner
+    from tuner.symbolic.profile import load_profile
     from tuner.targets import resolve_target
 
     if trials < 1:
@@ -198,7 +198,7 @@ def plan(
     """Choose the buckets and the trial split per task that minimise the expected latency of
     MODEL over the traffic of a shape profile, from what the database knows; --tune runs it."""
     if run:  # tune runs the plan (and prints it) exactly as tune --shape-profile does
-        from tuner.cli import tune
+        from tuner.cli.run import tune
 
         tune(
             model,
@@ -253,7 +253,7 @@ def record(
     keep_params: KeepParamsOpt = False,
 ) -> None:
     """Write a shape profile from a list of input shapes or a log."""
-    from tuner.profile import record_log, record_shapes
+    from tuner.symbolic.profile import record_log, record_shapes
 
     if fmt not in ("shapes", "log"):
         raise TuneFarmError(f"--format must be shapes or log (got {fmt!r})")
@@ -275,7 +275,7 @@ def record(
             raise TuneFarmError("--format shapes needs --model (which dims are symbolic)")
         profile = record_shapes(lines, mod, str(source))
     else:
-        from tuner.buckets import symbolic_vars
+        from tuner.symbolic.buckets import symbolic_vars
 
         names = list(var or (symbolic_vars(mod) if mod is not None else []))
         profile = record_log(lines, names, str(source))

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from tuner.cli_common import ArchOpt, DbOpt, console, open_storage, user_errors
+from tuner.cli.common import ArchOpt, DbOpt, console, open_storage, user_errors
 from tuner.errors import TuneFarmError
 
 cost_model_app = typer.Typer(
@@ -31,7 +31,8 @@ def _target_key(target: str, arch: str | None) -> Any:
 
 
 def _dataset(db: str | None, target: str, arch: str | None) -> tuple[Any, Any, Any]:
-    from tuner.cost_model.dataset import load_dataset, record_stats
+    from database.training import record_stats
+    from tuner.cost_model.dataset import load_dataset
     from tuner.cost_model.warm import MAX_RECORDS
     from tuner.fastimport import preload_tensor_intrin
 

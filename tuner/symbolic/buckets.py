@@ -19,6 +19,7 @@ from tvm import relax
 
 from tuner.errors import TuneFarmError
 from tuner.pipeline import Task, extract_tasks, prepare
+from tuner.symbolic.walk import vars_of
 
 DEFAULT_BUCKETS = (1, 16, 64, 256)
 
@@ -136,15 +137,7 @@ def resolve_shape_keys(mod: tvm.IRModule, cli: dict[str, list[int]]) -> dict[str
 
 def symbolic_vars(mod: tvm.IRModule, entry: str = "main") -> list[str]:
     """Names of the symbolic variables in the signature of the entry function, in order."""
-    names: list[str] = []
-    for param in mod[entry].params:
-        ty = param.ty
-        if isinstance(ty, relax.TensorType) and ty.shape is not None:
-            for dim in ty.shape.values:
-                for var in tvm.tirx.analysis.undefined_vars(dim):
-                    if var.name not in names:
-                        names.append(var.name)
-    return names
+    return list(vars_of(mod[entry].params))
 
 
 def upper_bounds(mod: tvm.IRModule, entry: str = "main") -> dict[str, int]:

@@ -1,14 +1,9 @@
-"""The ``tunefarm`` command line: thin typer commands over the tuner, workers and database.
-
-Each group of commands lives in its own module (``cli_db`` for ``tunefarm db``, ...); this
-module holds the per-model commands (tune, build, bench) and registers the groups.
-"""
+"""``tunefarm tune / build / bench``: the per-model commands, thin over :mod:`tuner.job`,
+:mod:`tuner.compile` and :mod:`tuner.bench`."""
 
 from __future__ import annotations
 
 import json
-import os
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -16,11 +11,10 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from database import TuneFarmDatabase
-from tuner import cli_cluster, cli_plan
-from tuner.cli_common import (
+from tuner.cli import cluster as cli_cluster
+from tuner.cli import plan as cli_plan
+from tuner.cli.common import (
     ArchOpt,
-    CompactGroup,
     CostModelOpt,
     DbOpt,
     EntryOpt,
@@ -40,59 +34,17 @@ from tuner.cli_common import (
     check_tune_options,
     console,
     open_storage,
-    ray_address,
     user_errors,
 )
-from tuner.cli_cost_model import cost_model_app
-from tuner.cli_db import db_app
+from tuner.cli.render import LiveProgress
+from tuner.cluster.address import ray_address
 from tuner.errors import TuneFarmError
 from tuner.progress import fmt_sec
 
 if TYPE_CHECKING:
     from tuner.job import JobSummary
 
-app = typer.Typer(
-    name="tunefarm",
-    help="Distributed autotuning of TVM tensor programs into a shared schedule database. "
-    "Exit codes: 0 success; 1 an error, one `error: ...` line naming the cause; 2 a usage "
-    "error (an unknown option, a value of the wrong type) or, for bench, outputs that disagree.",
-    no_args_is_help=True,
-    add_completion=True,
-    pretty_exceptions_enable=False,
-    cls=CompactGroup,
-)
-app.add_typer(db_app, name="db")
-app.add_typer(cost_model_app, name="cost-model")
-app.add_typer(cost_model_app, name="model", hidden=True)  # the old name, for scripts
-cli_cluster.register(app)  # submit, jobs, status, logs, workers
-cli_plan.register(app)  # plan, profile record
 
-
-def _version(value: bool) -> None:
-    if value:
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            print(f"tunefarm {version('tunefarm')}")
-        except PackageNotFoundError:
-            print("tunefarm (not installed)")
-        raise typer.Exit()
-
-
-@app.callback()
-def _root(
-    _show_version: Annotated[
-        bool,
-        typer.Option(
-            "--version", callback=_version, is_eager=True, help="Print the version and exit."
-        ),
-    ] = False,
-) -> None:
-    """The tunefarm command line (see the app's help)."""
-
-
-@app.command()
-@user_errors
 def tune(
     model: ModelArg,
     target: TargetOpt = "llvm",
@@ -115,10 +67,10 @@ def tune(
     """Tune MODEL's kernels on Ray workers and store the best schedules in the database.
 
     With --shape-profile, the buckets and the trials per task are the plan's (tunefarm plan)."""
-    from tuner.buckets import choose_buckets, parse_shape_options
     from tuner.job import TuneConfig
     from tuner.job import tune as run_tune
     from tuner.model import load_model
+    from tuner.symbolic.buckets import choose_buckets, parse_shape_options
     from tuner.targets import resolve_target
     from workers.config import MeasureConfig
 
@@ -159,7 +111,7 @@ def tune(
         config,
         address=ray_addr,
         model_name=model.stem,
-        console=None if as_json else console,
+        progress=None if as_json else LiveProgress(console),
         buckets=buckets,
     )
     if as_json:
@@ -205,8 +157,6 @@ def print_tune_summary(summary: JobSummary) -> None:
     )
 
 
-@app.command()
-@user_errors
 def build(
     model: ModelArg,
     output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the .so.")],
@@ -232,7 +182,7 @@ def build(
     tgt = resolve_target(target, arch)
     storage = open_storage(db, create=False)
     loaded = load_model(model, entry, keep_params=keep_params)
-    ex, report = tf_compile(loaded.mod, tgt, TuneFarmDatabase(storage), strict=strict)
+    ex, report = tf_compile(loaded.mod, tgt, storage, strict=strict)
     ex.export_library(str(output))
     if as_json:
         data = {
@@ -264,8 +214,6 @@ def build(
     )
 
 
-@app.command()
-@user_errors
 def bench(
     model: ModelArg,
     target: TargetOpt = "llvm",
@@ -330,25 +278,22 @@ def bench(
     if json_out is not None and not to_stdout:
         check_output_file(json_out, "--json")
     if address is not None or devices:
-        from tuner.cli_cluster import bench_cluster
-
         if target != "llvm" or arch:
             raise TuneFarmError(
                 "with --address the targets come from the cluster's devices: "
                 "use --devices cpu,cuda,arm64 instead of --target/--arch"
             )
-
         if shape_profile is not None:
             raise TuneFarmError("--shape-profile benches locally; drop --address/--devices")
-        bench_cluster(model, address, devices, db, shape, json_out, entry, keep_params)
+        cli_cluster.bench_cluster(model, address, devices, db, shape, json_out, entry, keep_params)
         return
     if shape_profile is not None and shape:
         raise TuneFarmError("give --shape or --shape-profile, not both")
 
     from tuner.bench import RUNTIMES, runtime_notes, runtimes_table, slower_note, sweep_values
     from tuner.bench import bench as run_bench
-    from tuner.buckets import choose_buckets, parse_shape_options, upper_bounds
     from tuner.model import load_model
+    from tuner.symbolic.buckets import choose_buckets, parse_shape_options, upper_bounds
     from tuner.targets import resolve_target
 
     others = None
@@ -366,7 +311,7 @@ def bench(
     loaded = load_model(model, entry, keep_params=keep_params)
     traffic = weights = None
     if shape_profile is not None:
-        from tuner.buckets import symbolic_vars
+        from tuner.symbolic.buckets import symbolic_vars
 
         profile = cli_plan.load_checked_profile(shape_profile, loaded.mod)
         profile.require(symbolic_vars(loaded.mod))
@@ -382,6 +327,8 @@ def bench(
         shapes = [
             dict(zip(values, combo, strict=True)) for combo in itertools.product(*values.values())
         ]
+    from database import TuneFarmDatabase
+
     results = run_bench(loaded, tgt, TuneFarmDatabase(storage), shapes, runtimes=others)
     if weights is not None:
         from tuner.bench import traffic_summary
@@ -445,24 +392,7 @@ def bench(
         raise typer.Exit(2)
 
 
-def main() -> None:
-    """Entry point of the ``tunefarm`` script."""
-    if os.environ.get("TUNEFARM_DEBUG"):
-        app()
-        return
-    try:
-        app()
-    except SystemExit:
-        raise
-    except Exception as err:
-        lines = [line for line in str(err).strip().splitlines() if line.strip()]
-        detail = lines[-1] if lines else ""
-        print(
-            f"error: {type(err).__name__}: {detail} (set TUNEFARM_DEBUG=1 for a traceback)",
-            file=sys.stderr,
-        )
-        sys.exit(1)
-
-
-if __name__ == "__main__":
-    main()
+def register(app: typer.Typer) -> None:
+    """Add tune, build and bench to the ``tunefarm`` app."""
+    for fn in (tune, build, bench):
+        app.command(name=fn.__name__)(user_errors(fn))

@@ -24,6 +24,8 @@ from typing import Any
 import tvm
 from tvm import tirx
 
+from tuner.symbolic.walk import dim_vars, vars_of
+
 
 class _SymbolicTile(Exception):
     """Raised by the decision provider at the first tiling of a symbolic loop."""
@@ -34,19 +36,12 @@ class _SymbolicTile(Exception):
 
 
 def _uses(expr: Any, var_name: str) -> bool:
-    if isinstance(expr, tirx.IntImm):
-        return False
-    return any(v.name == var_name for v in tirx.analysis.undefined_vars(expr))
+    return any(v.name == var_name for v in dim_vars(expr))
 
 
 def symbolic_var(func: tirx.PrimFunc) -> tirx.Var | None:
     """The single symbolic variable of a kernel's buffer shapes (None if 0 or several)."""
-    found: dict[str, Any] = {}
-    for param in func.params:
-        for dim in getattr(param, "shape", None) or ():
-            if not isinstance(dim, tirx.IntImm):
-                for var in tirx.analysis.undefined_vars(dim):
-                    found[var.name] = var
+    found = vars_of(func.params)
     return next(iter(found.values())) if len(found) == 1 else None
 
 

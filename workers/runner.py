@@ -1,0 +1,124 @@
+"""A MetaSchedule runner that measures built candidates on the cluster's device actors, one
+at a time per device, through a :class:`~workers.runner_pool.RunnerPool`: the runner fetches
+each artifact from Ray's object store by the key the builder left in the job's ledger."""
+
+from __future__ import annotations
+
+import time
+
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.runner import (
+    PyRunner,
+    PyRunnerFuture,
+    RunnerFuture,
+    RunnerInput,
+    RunnerResult,
+)
+
+from workers.config import FaultPolicy, MeasureConfig
+from workers.ledger import Ledger
+from workers.results import ErrorKind, RunResult
+from workers.runner_pool import PoolFuture, RunnerPool
+from workers.slots import SlotSpec, discover_slots
+
+
+@derived_object
+class RayRunnerFuture(PyRunnerFuture):
+    """The pending measurement of one candidate in the runner pool."""
+
+    def __init__(self, runner: RayRunner, key: str, future: PoolFuture | None) -> None:
+        super().__init__()
+        self.runner = runner
+        self.key = key
+        self.future = future
+
+    def done(self) -> bool:
+        return self.future is None or self.future.done()
+
+    def result(self) -> RunnerResult:
+        entry = self.runner.ledger.get(self.key)
+        assert entry is not None
+        if self.future is not None and entry.run is None:
+            start = time.perf_counter()
+            entry.run = self.future.result()
+            self.runner.wait_sec += time.perf_counter() - start
+        entry.artifact = None  # release the object-store copy
+        entry.rebuild = None
+        run = entry.run
+        assert run is not None
+        if run.ok:
+            return RunnerResult([float(s) for s in run.run_secs or ()], None)
+        return RunnerResult(None, run.error_msg)
+
+
+@derived_object
+class RayRunner(PyRunner):
+    """Measures built candidates on the cluster's device actors, one at a time per device.
+
+    ``slots`` default to the devices of ``device_kind`` found in the cluster
+    (:func:`workers.runner_pool.discover_slots`).
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        config: MeasureConfig,
+        device_kind: str = "cpu",
+        slots: list[SlotSpec] | None = None,
+        policy: FaultPolicy | None = None,
+    ) -> None:
+        super().__init__()
+        self.ledger = ledger
+        self.config = config
+        self.device_kind = device_kind
+        self.slot_specs = slots
+        self.policy = policy
+        self._pool: RunnerPool | None = None
+        self.wait_sec = 0.0  # driver time blocked on measurements, for the overhead split
+
+    def has_devices(self) -> bool:
+        """Whether the cluster has a device of this kind that can measure (asks once)."""
+        if self.slot_specs is None:
+            self.slot_specs = discover_slots(self.device_kind)
+        return bool(self.slot_specs)
+
+    def no_device_message(self) -> str:
+        """One line: why no device of this kind can measure."""
+        if self.device_kind == "cuda":
+            from workers.gpu import no_usable_gpu_message
+
+            return no_usable_gpu_message()
+        return f"the cluster has no {self.device_kind} device to measure on"
+
+    @property
+    def pool(self) -> RunnerPool:
+        if self._pool is None:
+            if not self.has_devices():
+                raise RuntimeError(self.no_device_message())
+            assert self.slot_specs is not None
+            self._pool = RunnerPool(self.slot_specs, self.config, self.policy)
+        return self._pool
+
+    def run(self, runner_inputs: list[RunnerInput]) -> list[RunnerFuture]:
+        futures = []
+        for inp in runner_inputs:
+            key = inp.artifact_path
+            entry = self.ledger.get(key)
+            if entry is None or entry.cached or entry.artifact is None:
+                if entry is not None and entry.run is None:
+                    entry.run = RunResult(
+                        error_kind=ErrorKind.RUN_ERROR,
+                        error_msg=ErrorKind.RUN_ERROR.message("no artifact to run"),
+                    )
+                futures.append(RayRunnerFuture(self, key, None))
+                continue
+            args_info = [arg.as_json() for arg in inp.args_info]
+            fut = self.pool.submit(entry.artifact, args_info, key, entry.rebuild)
+            futures.append(RayRunnerFuture(self, key, fut))
+        return futures
+
+    def shutdown(self) -> None:
+        """Stop the device actors."""
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None

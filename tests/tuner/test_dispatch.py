@@ -548,3 +548,34 @@ def test_bench_flags_values_where_tuned_is_slower() -> None:
     assert slower_shapes(results) == ["s=1"]
     assert "s=1" in slower_note(results) and "0.60x" in slower_note(results)
     assert slower_note(results[1:]) is None
+
+
+def test_dispatch_callees_skip_the_checks_their_caller_made(tmp_path, llvm_target) -> None:
+    """The functions dispatch adds (region copies, branches) are called only after ``main``
+    checked the model's inputs, so they check only the parameters with symbolic dims
+    (``num_input = 0``): re-checking every weight made a tuned build whose kernels were all
+    generic 0.97x the untuned one (2.4 µs of 90 µs). ``main`` itself still refuses a wrong
+    weight, in one clear error."""
+    import numpy as np
+    from tvm import relax
+
+    model = load_model(MODEL)
+    db = _chain_db(tmp_path / "chain.db", llvm_target)
+    with llvm_target, db:
+        applied, _ = add_dispatch(prepare(model.mod, llvm_target), llvm_target, db)
+    added = [
+        (gv.name_hint, f)
+        for gv, f in applied.functions.items()
+        if isinstance(f, relax.Function) and gv.name_hint != "main"
+    ]
+    assert added and all(f.attrs["num_input"] == 0 for _, f in added), [n for n, _ in added]
+    assert "num_input" not in (applied["main"].attrs or {})
+    ex, _ = compile(model.mod, llvm_target, db)
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    rng = np.random.default_rng(0)
+    n = 11
+    good = [rng.standard_normal(s).astype("float32") for s in ((n, 64), (64, 32), (32,), (n, 32))]
+    vm["main"](*[tvm.runtime.tensor(a) for a in good])  # runs
+    bad = [*good[:1], rng.standard_normal((64, 31)).astype("float32"), *good[2:]]
+    with pytest.raises(Exception, match="param=w"):
+        vm["main"](*[tvm.runtime.tensor(a) for a in bad])

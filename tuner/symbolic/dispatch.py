@@ -408,6 +408,15 @@ def _emit_branch(
     )
 
 
+def _callee(func: relax.Function) -> relax.Function:
+    """A function only ever called from the model's own functions, after they checked their
+    inputs: ``num_input = 0`` makes TVM's VM shape lowering check only its parameters with
+    symbolic dims (which define the variables), not each static weight again. Without it a
+    branch call re-checks every parameter (two runtime calls each): 2.4 µs of the 90 µs
+    transformer block at s=1, where every kernel is generic, made it 0.97x the untuned build."""
+    return func.with_attr("num_input", 0)
+
+
 def _branch_function(
     bb: relax.BlockBuilder,
     fname: str,
@@ -426,7 +435,7 @@ def _branch_function(
             out = _emit_branch(fb, list(fparams), out_sinfo, kernel_gv, site, tile, static)
             out = fb.emit_output(out)
         fb.emit_func_output(out)
-    return bb.add_func(fb.get()[fname], fname)  # may return an identical existing function
+    return bb.add_func(_callee(fb.get()[fname]), fname)  # may return an identical one
 
 
 @dataclass(frozen=True)
@@ -567,7 +576,9 @@ def _specialize(
             f"{n}_{'le' + str(v) if v is not None else 'above'}" for n, v in values.items()
         )
         # regions that run the same kernels get one copy (named after the first)
-        return bb.add_func(body.without_attr("global_symbol"), f"{gv.name_hint}_dispatch_{tag}")
+        return bb.add_func(
+            _callee(body.without_attr("global_symbol")), f"{gv.name_hint}_dispatch_{tag}"
+        )
 
     combos = [dict(zip(names, c, strict=True)) for c in itertools.product(*regions.values())]
     copies = {tuple(c.values()): region_gv(c) for c in combos}
@@ -662,7 +673,7 @@ def add_dispatch(
         with fb.function(tag, fparams, private=True):
             out = fb.emit(body)
             fb.emit_func_output(out)
-        return relax.Call(bb.add_func(fb.get()[tag], tag), args)
+        return relax.Call(bb.add_func(_callee(fb.get()[tag]), tag), args)
 
     @relax.expr_functor.mutator
     class _Rewriter(relax.PyExprMutator):

@@ -35,12 +35,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import ray
-
 from database.errors import error_summary
 from workers.config import FaultPolicy, MeasureConfig
 from workers.results import ErrorKind, EventLog, RunResult
 from workers.slots import SlotSpec
+from workers.transport import (
+    ArtifactLost,
+    CallError,
+    RayTransport,
+    RunnerDied,
+    Transport,
+)
 
 log = logging.getLogger("tunefarm.workers")
 
@@ -146,6 +151,7 @@ class RunnerPool:
         policy: FaultPolicy | None = None,
         in_flight: int = 2,
         max_batch: int = 1,
+        transport: Transport | None = None,
     ) -> None:
         if not slots:
             raise ValueError("a runner pool needs at least one device slot")
@@ -154,6 +160,7 @@ class RunnerPool:
         if max_batch < 1:
             raise ValueError("RunnerPool.max_batch must be >= 1")
         self.in_flight = in_flight
+        self.transport: Transport = transport or RayTransport()
         self.max_batch = max_batch
         self.config = config
         self.policy = policy or FaultPolicy()
@@ -211,8 +218,7 @@ class RunnerPool:
         for slot in self.slots:
             self._kill(slot)
         for marker in self._markers:
-            with contextlib.suppress(Exception):
-                ray.kill(marker)
+            self.transport.kill(marker)
         self._markers.clear()
 
     def __enter__(self) -> RunnerPool:
@@ -246,15 +252,9 @@ class RunnerPool:
                     continue
             refs = [s.ref for s in busy]
             wait_s = max(0.0, min(0.2, min(s.deadline for s in busy) - time.monotonic()))
-            ready, _ = ray.wait(refs, num_returns=1, timeout=wait_s)
-            if ready:  # collect everything that is ready now, not just the first
-                ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-            values: dict[Any, Any] = {}
-            if ready:
-                try:  # one round trip for every ready result
-                    values = dict(zip(ready, ray.get(ready), strict=True))
-                except ray.exceptions.RayError:
-                    values = {}  # some failed: fetch one by one
+            ready = self.transport.wait(refs, wait_s)
+            # one round trip for every ready result; if some failed, fetch one by one
+            values = (self.transport.get_many(ready) or {}) if ready else {}
             ready_set = set(ready)
             now = time.monotonic()
             for slot in busy:
@@ -333,11 +333,7 @@ class RunnerPool:
 
     def _call(self, slot: Slot, batch: list[_Work]) -> Any:
         slot.calls += 1
-        if len(batch) == 1:
-            return slot.actor.measure.remote(batch[0].artifact, batch[0].args_info)
-        return slot.actor.measure_batch.remote(
-            [w.args_info for w in batch], *(w.artifact for w in batch)
-        )
+        return self.transport.measure(slot.actor, [(w.artifact, w.args_info) for w in batch])
 
     def _start_attempt(self, slot: Slot, batch: list[_Work]) -> None:
         for work in batch:
@@ -374,9 +370,9 @@ class RunnerPool:
     def _dispatch(self, slot: Slot, batch: list[_Work]) -> None:
         slot.work, slot.state = batch, SlotState.BUSY
         if slot.actor is None:  # start it and wait for its ping before timing anything
-            slot.actor = slot.spec.start(self.config)
+            slot.actor = self.transport.start(slot.spec, self.config)
             slot.starting = True
-            slot.ref = slot.actor.ping.remote()
+            slot.ref = self.transport.ping(slot.actor)
             slot.deadline = time.monotonic() + self.policy.startup_timeout_s
             return
         self._measure(slot)
@@ -409,8 +405,8 @@ class RunnerPool:
     def _collect(self, slot: Slot, value: Any = None) -> None:
         try:
             if value is _UNFETCHED:
-                value = ray.get(slot.ref)
-        except ray.exceptions.ObjectLostError as err:
+                value = self.transport.get(slot.ref)
+        except ArtifactLost as err:
             batch = self._release(slot)  # the artifact is gone, not the runner
             self._promote(slot)
             if len(batch) > 1:
@@ -418,9 +414,9 @@ class RunnerPool:
             else:
                 self._artifact_lost(batch[0], err)
             return
-        except ray.exceptions.RayActorError as err:
+        except RunnerDied as err:
             detail = f"runner {slot.spec.name} died: {error_summary(err)}"
-            if slot.spec.node_id and not _node_alive(slot.spec.node_id):
+            if slot.spec.node_id and not self.transport.node_alive(slot.spec.node_id):
                 batch = self._release(slot)
                 self._kill(slot)
                 slot.state = SlotState.LOST
@@ -432,7 +428,7 @@ class RunnerPool:
                 return
             self._failed(slot, ErrorKind.WORKER_DIED, detail, certain=slot.starting)
             return
-        except ray.exceptions.RayError as err:
+        except CallError as err:
             detail = f"runner {slot.spec.name}: {error_summary(err)}"
             self._failed(slot, ErrorKind.WORKER_DIED, detail, certain=True)
             return
@@ -494,7 +490,7 @@ class RunnerPool:
         self._kill(slot)
         self._log.note(f"quarantined: {slot.spec.name} after {why}")
         with contextlib.suppress(Exception):
-            self._markers.append(slot.spec.mark_quarantined(why))
+            self._markers.append(self.transport.mark_quarantined(slot.spec, why))
 
     def _retry(
         self, work: _Work, slot: Slot, kind: ErrorKind, detail: str, blame: str | None
@@ -539,8 +535,7 @@ class RunnerPool:
     def _kill(self, slot: Slot) -> None:
         self._unqueue_ahead(slot)
         if slot.actor is not None:
-            with contextlib.suppress(Exception):  # already gone
-                ray.kill(slot.actor, no_restart=True)
+            self.transport.kill(slot.actor)
         slot.actor = None
 
     def _fail_all(self, detail: str) -> None:
@@ -559,10 +554,3 @@ class RunnerPool:
 
 
 _UNFETCHED = object()
-
-
-def _node_alive(node_id: str) -> bool:
-    try:
-        return any(n["NodeID"] == node_id and n.get("Alive") for n in ray.nodes())
-    except Exception:
-        return True

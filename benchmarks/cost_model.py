@@ -34,11 +34,10 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import select
 
 from benchmarks.common import geomean, machine_header, results_path
 from database import Storage, TargetKey
-from database.models import JobRow, RecordRow
+from database.queries import job_times, record_timeline
 from tuner.cost_model.dataset import load_dataset
 from tuner.cost_model.evaluate import compare
 from tuner.cost_model.ranker import RankerParams
@@ -69,14 +68,9 @@ def copy_sqlite(src: Path, dst: Path) -> None:
 def _curve(url: str, job_id: int) -> list[tuple[int, float | None, float]]:
     """(trial, latency or None, seconds since job start) for each record of the job."""
     storage = Storage(url, create=False)
-    started = storage.run(lambda s: s.get(JobRow, job_id).started_at)
-    query = (
-        select(RecordRow.mean_sec, RecordRow.created_at)
-        .where(RecordRow.job_id == job_id)
-        .order_by(RecordRow.id)
-    )
-    rows = storage.run(lambda s: list(s.execute(query)))
-    return [(i + 1, sec, (at - started).total_seconds()) for i, (sec, at) in enumerate(rows)]
+    started = job_times(storage)[job_id][0]
+    rows = record_timeline(storage, job_id=job_id)
+    return [(i + 1, sec, (at - started).total_seconds()) for i, (_, at, sec) in enumerate(rows)]
 
 
 def _reach(

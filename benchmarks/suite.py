@@ -241,21 +241,10 @@ def tune_qkv(run: Run) -> dict[str, Any]:
 
 def _tunefarm_curve(storage: Any, db: Any, task: Any, t0: float) -> list[dict[str, Any]]:
     """(seconds since the tune call, latency or None) of each record of ``task``, in order."""
-    from sqlalchemy import select
+    from database.queries import record_timeline
 
-    from database.models import RecordRow
-
-    wid = db.workload_id(task.mod)
-    rows = storage.run(
-        lambda sess: sess.execute(
-            select(RecordRow.created_at, RecordRow.mean_sec)
-            .where(RecordRow.workload_id == wid)
-            .order_by(RecordRow.id)
-        ).all(),
-        write=False,
-    )
     out = []
-    for created, mean in rows:
+    for _, created, mean in record_timeline(storage, workload_id=db.workload_id(task.mod)):
         when = created if created.tzinfo else created.replace(tzinfo=dt.timezone.utc)
         out.append({"wall": when.timestamp() - t0, "sec": mean})
     return out

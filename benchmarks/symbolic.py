@@ -143,17 +143,13 @@ def geomean(values: list[float]) -> float:
 
 def _job_wall_sec(storage: Storage) -> float | None:
     """Wall time of the first tune job in ``storage`` (the one that tuned it)."""
-    from sqlalchemy import select
+    from database.queries import job_times
 
-    from database.models import JobRow
-
-    def last(session: Any) -> float | None:
-        job = session.scalars(select(JobRow).order_by(JobRow.id)).first()
-        if job is None or job.finished_at is None:
-            return None
-        return (job.finished_at - job.started_at).total_seconds()
-
-    return storage.run(last, write=False)
+    jobs = list(job_times(storage).values())
+    if not jobs or jobs[0][1] is None:
+        return None
+    started, finished = jobs[0]
+    return (finished - started).total_seconds()
 
 
 def tune_buckets(

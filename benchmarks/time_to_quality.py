@@ -119,10 +119,8 @@ def run_tunefarm(
     variant: str,
 ) -> RunResult:
     """TuneFarm's job on the embedded default into a fresh SQLite file."""
-    from sqlalchemy import select
-
     from database import Storage, shash_of
-    from database.models import RecordRow, WorkloadRow
+    from database.queries import record_timeline
     from tuner.job import TuneConfig, tune
     from tuner.model import load_model
 
@@ -141,12 +139,7 @@ def run_tunefarm(
         model_name=workload,
     )
     wall = time.time() - start
-    query = (
-        select(WorkloadRow.shash, RecordRow.created_at, RecordRow.mean_sec)
-        .join(WorkloadRow, RecordRow.workload_id == WorkloadRow.id)
-        .where(RecordRow.mean_sec.is_not(None))
-    )
-    rows = Storage(url, create=False).run(lambda s: list(s.execute(query)))
+    rows = record_timeline(Storage(url, create=False), valid_only=True)
     events = [(created.timestamp() - start, shash, float(sec)) for shash, created, sec in rows]
     return RunResult(
         workload,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import distinct, func, select
 
@@ -138,3 +138,42 @@ def list_jobs(storage: Storage) -> list[dict[str, Any]]:
         ]
 
     return storage.run(load, write=False)
+
+
+class RecordEvent(NamedTuple):
+    """One record in recording order: its workload's structural hash, when it was stored
+    (as the database returns it: naive UTC on SQLite) and its mean seconds (None: failed)."""
+
+    shash: str
+    created_at: Any
+    mean_sec: float | None
+
+
+def record_timeline(
+    storage: Storage,
+    *,
+    workload_id: int | None = None,
+    job_id: int | None = None,
+    valid_only: bool = False,
+) -> list[RecordEvent]:
+    """The records (of one workload, of one job, or all), in recording order."""
+    query = (
+        select(WorkloadRow.shash, RecordRow.created_at, RecordRow.mean_sec)
+        .join(WorkloadRow, RecordRow.workload_id == WorkloadRow.id)
+        .order_by(RecordRow.id)
+    )
+    if workload_id is not None:
+        query = query.where(RecordRow.workload_id == workload_id)
+    if job_id is not None:
+        query = query.where(RecordRow.job_id == job_id)
+    if valid_only:
+        query = query.where(RecordRow.mean_sec.is_not(None))
+    rows = storage.run(lambda s: list(s.execute(query)), write=False)
+    return [RecordEvent(r[0], r[1], r[2]) for r in rows]
+
+
+def job_times(storage: Storage) -> dict[int, tuple[Any, Any]]:
+    """(started, finished or None) of every job, by id in creation order."""
+    query = select(JobRow.id, JobRow.started_at, JobRow.finished_at).order_by(JobRow.id)
+    rows = storage.run(lambda s: list(s.execute(query)), write=False)
+    return {r[0]: (r[1], r[2]) for r in rows}

@@ -11,29 +11,24 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from database.errors import DatabaseError, error_summary
-    from database.ms_database import (
-        LOOKUP_LEVELS,
-        BestRecord,
-        Measurement,
-        TuneFarmDatabase,
-        shash_of,
-    )
+    from database.ms_database import TuneFarmDatabase
+    from database.records import LOOKUP_LEVELS, BestRecord, Measurement, shash_of
     from database.storage import DEFAULT_URL, Storage, default_url, redact
     from database.targets import TargetKey
 
 _HOME = {
-    "BestRecord": "database.ms_database",
+    "BestRecord": "database.records",
     "DEFAULT_URL": "database.storage",
-    "LOOKUP_LEVELS": "database.ms_database",
+    "LOOKUP_LEVELS": "database.records",
     "DatabaseError": "database.errors",
-    "Measurement": "database.ms_database",
+    "Measurement": "database.records",
     "Storage": "database.storage",
     "TargetKey": "database.targets",
     "TuneFarmDatabase": "database.ms_database",
     "default_url": "database.storage",
     "error_summary": "database.errors",
     "redact": "database.storage",
-    "shash_of": "database.ms_database",
+    "shash_of": "database.records",
 }
 
 __all__ = [

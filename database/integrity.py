@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 
 from database.models import RecordRow, WorkloadRow
-from database.ms_database import candidate_hash_of_trace
+from database.records import candidate_hash_of_trace
 from database.storage import Storage
 
 

@@ -17,7 +17,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, inspect, select
 
 from database.errors import DatabaseError
-from database.models import SCHEMA_VERSION, Base, MetaRow
+from database.models import Base, MetaRow
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 
@@ -47,9 +47,10 @@ def create(engine: Engine) -> None:
     with engine.begin() as conn:
         conn = conn.execution_options(tunefarm_write=True)
         Base.metadata.create_all(conn)
-        conn.execute(
-            MetaRow.__table__.insert().values(key="schema_version", value=str(SCHEMA_VERSION))
-        )
+        # the Alembic revision is the version; the meta row (revision "000N" is N) stays for
+        # readers older than the migrations, as each revision keeps it current
+        version = str(int(head_revision()))
+        conn.execute(MetaRow.__table__.insert().values(key="schema_version", value=version))
         command.stamp(_config(conn), "head")
 
 

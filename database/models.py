@@ -21,8 +21,6 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-# Bumped with every Alembic revision in database/migrations/versions (revision "000N" is N).
-SCHEMA_VERSION = 4
 EMPTY_TRACE = "[[], []]"  # json.dumps([[], []]): the untuned default schedule, as tune records it
 
 

@@ -2,235 +2,45 @@
 
 The search's own warm start (``get_top_k``), the task scheduler and
 ``relax.transform.MetaScheduleApplyDatabase`` all work through this class. Unlike stock
-MetaSchedule, lookups are target-aware: records of another target kind are never used.
+MetaSchedule, lookups are target-aware: records of another target kind are never used. What
+a record is (measurements, workload identity, the lookup queries) lives in
+:mod:`database.records`.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import hashlib
 import json
 import logging
 import math
-import statistics
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import tvm
 import tvm_ffi
-from sqlalchemy import bindparam, func, select, text, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 from tvm.ir import IRModule
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord, Workload
 
-from database.models import EMPTY_TRACE, JobRow, RecordRow, WorkloadRow
+from database.models import EMPTY_TRACE, RecordRow, WorkloadRow
+from database.records import (
+    BEST_QUERIES,
+    LOOKUP_LEVELS,
+    RANKED_QUERIES,
+    BestRecord,
+    Measurement,
+    candidate_hash_of_trace,
+    device_key,
+    insert_record,
+    record_values,
+    shash_of,
+    workload_row_id,
+)
+from database.seeds import sibling_seeds
 from database.storage import Storage
 from database.targets import TargetKey
-from database.transfer import adapt_trace, bucket_distance
 
 log = logging.getLogger("tunefarm.database")
-
-# Lookup levels, most specific first: the same device (fingerprint) and target, the same
-# target, the same target kind and architecture, the same target kind. Never across kinds.
-LOOKUP_LEVELS = ("device", "target", "arch", "kind")
-
-
-class BestRecord(NamedTuple):
-    """What :meth:`TuneFarmDatabase.best` found: the record, the lookup level that found it
-    (one of ``LOOKUP_LEVELS``) and its mean run time in seconds."""
-
-    record: TuningRecord
-    level: str
-    mean_sec: float
-
-
-def shash_of(obj: Any) -> str:
-    """Structural hash of a TVM object as 16 hex digits."""
-    return format(tvm_ffi.structural_hash(obj) & (2**64 - 1), "016x")
-
-
-@dataclass(frozen=True)
-class Measurement:
-    """One measured (or failed) candidate, with its provenance, ready to store."""
-
-    workload: Workload
-    candidate_hash: str
-    trace_json: Any
-    args_info_json: Any
-    run_secs: list[float] | None
-    target: tvm.target.Target
-    error_kind: str | None = None
-    error_msg: str | None = None
-    device: str | None = None
-    worker: str | None = None
-    job_id: int | None = None
-    build_sec: float | None = None
-    created_at: dt.datetime | None = None  # kept by import and merge; now when None
-
-    def __post_init__(self) -> None:
-        if self.error_kind is None:
-            secs = self.run_secs or []
-            if not secs or any(not math.isfinite(s) or s <= 0 for s in secs):
-                raise ValueError(f"a valid measurement needs positive finite run times: {secs}")
-
-
-def device_key(device: str | None) -> str | None:
-    """The indexed key of a device fingerprint."""
-    return hashlib.sha1(device.encode()).hexdigest() if device else None
-
-
-@dataclass(frozen=True)
-class WorkloadLabels:
-    """The labels stored with a workload besides its module: its task's name and its kernel
-    family (family structural hash, bucket)."""
-
-    task_name: str | None = None
-    family: tuple[str, dict[str, int]] | None = None
-
-
-class WorkloadIds:
-    """Row ids of workloads seen in one batch, found by identity first, then by structure.
-
-    Never keyed by ``id()`` of an object it does not hold: ``Workload.mod`` returns a new
-    wrapper on each access, freed at once, so its address is reused by unrelated modules.
-    Each entry holds the objects it was keyed by, so an address cannot be reused while the
-    batch lasts; a miss on identity falls back to structural hash and equality.
-    """
-
-    def __init__(self) -> None:
-        self._by_identity: dict[int, tuple[Workload, int]] = {}
-        self._by_shash: dict[str, list[tuple[IRModule, int]]] = {}
-        self._shash: dict[int, tuple[IRModule, str]] = {}
-
-    def shash(self, mod: IRModule) -> str:
-        """The structural hash of ``mod`` (computed once per held module)."""
-        held = self._shash.get(id(mod))
-        if held is not None and held[0] is mod:
-            return held[1]
-        value = shash_of(mod)
-        self._shash[id(mod)] = (mod, value)
-        return value
-
-    def get(self, workload: Workload) -> int | None:
-        """The row id of ``workload`` when this batch has seen it (or an equal module)."""
-        held = self._by_identity.get(id(workload))
-        if held is not None and held[0] is workload:
-            return held[1]
-        mod = workload.mod
-        for known, wid in self._by_shash.get(self.shash(mod), []):
-            if tvm_ffi.structural_equal(known, mod):
-                self._by_identity[id(workload)] = (workload, wid)
-                return wid
-        return None
-
-    def put(self, workload: Workload, mod: IRModule, wid: int) -> None:
-        """Remember that ``workload`` (whose module is ``mod``) is row ``wid``."""
-        self._by_identity[id(workload)] = (workload, wid)
-        self._by_shash.setdefault(self.shash(mod), []).append((mod, wid))
-
-
-def workload_row_id(
-    session: Session,
-    mod: IRModule,
-    *,
-    shash: str,
-    create: bool,
-    task_name: str | None = None,
-    family: tuple[str, dict[str, int]] | None = None,
-) -> int | None:
-    """Find (or with ``create`` add) the workload row of ``mod`` inside ``session``.
-
-    Workloads are matched by structural equality, so there is no unique constraint to lean
-    on: PostgreSQL serializes creators of one hash with a transaction advisory lock, SQLite
-    with its write transactions (BEGIN IMMEDIATE).
-    """
-    if create and session.get_bind().dialect.name == "postgresql":
-        session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": int(shash, 16) - 2**63})
-    rows = session.execute(
-        select(WorkloadRow.id, WorkloadRow.mod_json).where(WorkloadRow.shash == shash)
-    ).all()
-    for wid, mod_json in rows:
-        if tvm_ffi.structural_equal(tvm.ir.load_json(mod_json), mod):
-            if family is not None:  # a static workload first seen outside a bucket
-                row = session.get(WorkloadRow, wid)
-                if row is not None and row.family_shash is None:
-                    row.family_shash = family[0]
-                    row.bucket_json = json.dumps(family[1], sort_keys=True)
-            return wid
-    if not create:
-        return None
-    row = WorkloadRow(
-        shash=shash,
-        mod_json=tvm.ir.save_json(mod),
-        task_name=task_name,
-        family_shash=family[0] if family else None,
-        bucket_json=json.dumps(family[1], sort_keys=True) if family else None,
-        flops=_flops(mod),
-        tvm_version=tvm.__version__,
-    )
-    session.add(row)
-    session.flush()
-    return row.id
-
-
-def record_values(m: Measurement, wid: int) -> dict[str, Any]:
-    """The column values of a measurement's record row."""
-    tkey = TargetKey.of(m.target)
-    secs = m.run_secs if m.error_kind is None else None
-    return {
-        "workload_id": wid,
-        "candidate_hash": m.candidate_hash,
-        "trace_json": json.dumps(m.trace_json),
-        "args_info_json": json.dumps(m.args_info_json),
-        "run_secs_json": json.dumps(secs) if secs else None,
-        "mean_sec": statistics.fmean(secs) if secs else None,
-        "std_sec": statistics.pstdev(secs) if secs else None,
-        "target_key": tkey.key,
-        "target_json": tkey.json,
-        "target_kind": tkey.kind,
-        "target_arch": tkey.arch,
-        "device": m.device,
-        "device_key": device_key(m.device),
-        "worker": m.worker,
-        "job_id": m.job_id,
-        "error_kind": m.error_kind,
-        "error_msg": (m.error_msg or "")[:2000] or None,
-        "build_sec": m.build_sec,
-        **({"created_at": m.created_at} if m.created_at is not None else {}),
-    }
-
-
-def _best_queries(limit: int | None = 1) -> dict[str, Any]:
-    """One prepared statement per lookup level, each served by one index."""
-    cols = (
-        RecordRow.trace_json,
-        RecordRow.run_secs_json,
-        RecordRow.target_json,
-        RecordRow.args_info_json,
-        RecordRow.mean_sec,
-    )
-    base = (
-        select(*cols)
-        .where(RecordRow.workload_id == bindparam("wid"), RecordRow.mean_sec.is_not(None))
-        .order_by(RecordRow.mean_sec, RecordRow.id)
-        .limit(limit)
-    )
-    return {
-        "device": base.where(
-            RecordRow.device_key == bindparam("dkey"), RecordRow.target_key == bindparam("tkey")
-        ),
-        "target": base.where(RecordRow.target_key == bindparam("tkey")),
-        "arch": base.where(
-            RecordRow.target_kind == bindparam("kind"), RecordRow.target_arch == bindparam("arch")
-        ),
-        "kind": base.where(RecordRow.target_kind == bindparam("kind")),
-    }
-
-
-_BEST_QUERIES = _best_queries()
-_RANKED_QUERIES = _best_queries(limit=None)  # every valid record, when the best cannot serve
 
 
 @derived_object
@@ -337,83 +147,8 @@ class TuneFarmDatabase(PyDatabase):
         """Store one measurement; False when that candidate was already stored."""
         wid = self.workload_id(m.workload.mod, create=True)
         assert wid is not None
-        stmt = self._insert_record(record_values(m, wid))
+        stmt = insert_record(self.storage.dialect, record_values(m, wid))
         return self.storage.run(lambda s: s.execute(stmt).scalar()) is not None
-
-    def add_many(
-        self,
-        items: list[tuple[Measurement, WorkloadLabels]],
-        *,
-        job: dict[str, Any] | None = None,
-        copy_jobs: list[dict[str, Any]] | None = None,
-    ) -> int:
-        """Store measurements with their workloads in ONE transaction; returns how many were new.
-
-        Used by import and merge: either everything lands or nothing does. ``job`` creates a
-        job row that the records point to; ``copy_jobs`` copies other jobs (each with its
-        ``old_id``), and records' ``job_id`` are mapped from the old ids to the copies.
-        """
-
-        def write(session: Session) -> int:
-            import_job: int | None = None
-            if job is not None:
-                row = JobRow(**job)
-                session.add(row)
-                session.flush()
-                import_job = row.id
-            pending = {fields["old_id"]: fields for fields in copy_jobs or []}
-            copied: dict[int, int] = {}
-
-            def copy_of(old: int) -> int | None:
-                # a teammate's job is copied once, and only when one of its records is new
-                if old not in copied and old in pending:
-                    fields = {k: v for k, v in pending[old].items() if k != "old_id"}
-                    row = JobRow(**fields)
-                    session.add(row)
-                    session.flush()
-                    copied[old] = row.id
-                return copied.get(old)
-
-            added = 0
-            ids = WorkloadIds()
-            for m, info in items:
-                wid = ids.get(m.workload)
-                if wid is None:
-                    mod = m.workload.mod
-                    wid = workload_row_id(
-                        session,
-                        mod,
-                        shash=ids.shash(mod),
-                        create=True,
-                        task_name=info.task_name,
-                        family=info.family,
-                    )
-                    assert wid is not None
-                    ids.put(m.workload, mod, wid)
-                values = record_values(m, wid)
-                values["job_id"] = import_job
-                rid = session.execute(self._insert_record(values)).scalar()
-                if rid is None:
-                    continue
-                added += 1
-                if m.job_id is not None and copy_jobs is not None:
-                    session.execute(
-                        update(RecordRow)
-                        .where(RecordRow.id == rid)
-                        .values(job_id=copy_of(m.job_id))
-                    )
-            return added
-
-        return self.storage.run(write)
-
-    def _insert_record(self, values: dict[str, Any]) -> Any:
-        insert = postgresql.insert if self.storage.dialect == "postgresql" else sqlite.insert
-        return (
-            insert(RecordRow)
-            .values(**values)
-            .on_conflict_do_nothing(index_elements=["workload_id", "target_key", "candidate_hash"])
-            .returning(RecordRow.id)
-        )
 
     def _to_record(self, row: RecordRow, workload: Workload) -> TuningRecord:
         return TuningRecord.from_json(
@@ -446,59 +181,11 @@ class TuneFarmDatabase(PyDatabase):
             return own
         seeds = [
             TuningRecord(trace, workload, None, self.target, None)
-            for trace in self._sibling_seeds(wid, workload.mod)
+            for trace in sibling_seeds(
+                self.storage, wid, workload.mod, self.scope.key, self.seeds, self._adapted
+            )
         ]
         return own + seeds[: top_k - len(own)]
-
-    def _sibling_seeds(self, wid: int, mod: IRModule) -> list[Any]:
-        """The best traces of the nearest other buckets of ``wid``'s family, refitted to
-        ``mod`` (one query per call; each trace is adapted once per database object)."""
-        assert self.scope is not None
-
-        def load(session: Session) -> tuple[Any, list[tuple[Any, ...]]]:
-            me = session.get(WorkloadRow, wid)
-            if me is None or me.family_shash is None or me.bucket_json is None:
-                return None, []
-            best = (
-                select(
-                    RecordRow.workload_id,
-                    RecordRow.trace_json,
-                    func.row_number()
-                    .over(partition_by=RecordRow.workload_id, order_by=RecordRow.mean_sec)
-                    .label("rank"),
-                )
-                .join(WorkloadRow, WorkloadRow.id == RecordRow.workload_id)
-                .where(
-                    WorkloadRow.family_shash == me.family_shash,
-                    RecordRow.workload_id != wid,
-                    RecordRow.mean_sec.is_not(None),
-                    RecordRow.target_key == self.scope.key,
-                )
-                .subquery()
-            )
-            query = (
-                select(WorkloadRow.bucket_json, WorkloadRow.mod_json, best.c.trace_json)
-                .join(best, best.c.workload_id == WorkloadRow.id)
-                .where(best.c.rank <= 4)
-            )
-            return json.loads(me.bucket_json), list(session.execute(query))
-
-        bucket, rows = self.storage.run(load, write=False)
-        out: list[Any] = []
-        if bucket is not None:
-            rows.sort(key=lambda r: bucket_distance(json.loads(r[0]), bucket))
-            mods: dict[str, IRModule] = {}
-            for _bucket, mod_json, trace_json in rows:
-                if len(out) >= self.seeds:
-                    break
-                key = (wid, trace_json)
-                if key not in self._adapted:
-                    if mod_json not in mods:
-                        mods[mod_json] = tvm.ir.load_json(mod_json)
-                    self._adapted[key] = _adapt(trace_json, mods[mod_json], mod)
-                if self._adapted[key] is not None:
-                    out.append(self._adapted[key])
-        return out
 
     def get_all_tuning_records(self) -> list[TuningRecord]:
         def load(session: Session) -> list[tuple[RecordRow, str]]:
@@ -555,9 +242,9 @@ class TuneFarmDatabase(PyDatabase):
             conn = session.connection()
             for level in levels:
                 if not unusable:
-                    row = conn.execute(_BEST_QUERIES[level], params).first()
+                    row = conn.execute(BEST_QUERIES[level], params).first()
                 else:
-                    rows = conn.execute(_RANKED_QUERIES[level], params)
+                    rows = conn.execute(RANKED_QUERIES[level], params)
                     row = next((r for r in rows if r.trace_json not in unusable), None)
                 if row is not None:
                     return level, row
@@ -669,49 +356,3 @@ class TuneFarmDatabase(PyDatabase):
         return int(self.storage.run(lambda s: s.scalar(query), write=False) or 0)
 
     # ---------------------------------------------------------------- jobs
-    def start_job(self, **fields: Any) -> int:
-        """Insert a job row; returns its id."""
-
-        def insert(session: Session) -> int:
-            row = JobRow(**fields)
-            session.add(row)
-            session.flush()
-            return row.id
-
-        return self.storage.run(insert)
-
-    def update_job(self, job_id: int, **fields: Any) -> None:
-        """Update fields of a job row."""
-
-        def update(session: Session) -> None:
-            row = session.get(JobRow, job_id)
-            if row is not None:
-                for key, value in fields.items():
-                    setattr(row, key, value)
-
-        self.storage.run(update)
-
-
-def _adapt(trace_json: str, sibling: IRModule, mod: IRModule) -> Any:
-    """Parse a sibling's trace against its own module, then refit it to ``mod``."""
-    try:
-        trace = TuningRecord.from_json(
-            [json.loads(trace_json), None, None, None], Workload(sibling)
-        ).trace
-    except Exception:
-        return None
-    return adapt_trace(trace, mod)
-
-
-def candidate_hash_of_trace(trace: tvm.s_tir.Trace, mod: IRModule) -> str:
-    """The candidate hash (structural hash of the scheduled module) of a trace on ``mod``."""
-    sch = tvm.s_tir.Schedule(mod)
-    trace.apply_to_schedule(sch, remove_postproc=False)
-    return shash_of(sch.mod)
-
-
-def _flops(mod: IRModule) -> float | None:
-    try:
-        return float(tvm.s_tir.analysis.estimate_tir_flops(mod))
-    except Exception:
-        return None

@@ -21,15 +21,10 @@ from sqlalchemy import Select, delete, func, select
 from sqlalchemy.orm import Session
 from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord, Workload
 
+from database.bulk import add_many
 from database.errors import DatabaseError, error_summary
 from database.models import JobRow, MetaRow, RecordRow, WorkloadRow, utcnow
-from database.ms_database import (
-    Measurement,
-    TuneFarmDatabase,
-    WorkloadLabels,
-    candidate_hash_of_trace,
-    shash_of,
-)
+from database.records import Measurement, WorkloadLabels, candidate_hash_of_trace, shash_of
 from database.storage import Storage, redact
 
 WORKLOAD_FILE = "database_workload.json"
@@ -256,7 +251,7 @@ def import_metaschedule(storage: Storage, src: Path) -> Transfer:
             )
         )
     job = {"name": f"import {src}", "target_json": "{}", "budget": 0, "status": "imported"}
-    added = TuneFarmDatabase(storage).add_many(items, job=job)
+    added = add_many(storage, items, job=job)
     return Transfer(workloads=len(workloads), records=len(items), added=added)
 
 
@@ -324,7 +319,7 @@ def merge(storage: Storage, other_url: str) -> Transfer:
         }
         for j in jobs
     ]
-    added = TuneFarmDatabase(storage).add_many(items, copy_jobs=copied)
+    added = add_many(storage, items, copy_jobs=copied)
     return Transfer(workloads=len(modules), records=len(items), added=added)
 
 

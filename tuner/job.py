@@ -20,6 +20,7 @@ from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 from tvm.s_tir.meta_schedule.runner import RunnerInput
 
 from database import Measurement, Storage, TuneFarmDatabase, shash_of
+from database.jobs import start_job, update_job
 from database.models import utcnow
 from tuner.cost_model import check_name, create_cost_model
 from tuner.errors import TuneFarmError
@@ -201,7 +202,7 @@ class JobRecorder(PyMeasureCallback):
             )
         # a resumed hit is one of the records counted in trials_before
         added = self.measured - measured_before
-        self.db.update_job(self.job_id, trials_done=self.trials_before + self.measured)
+        update_job(self.db.storage, self.job_id, trials_done=self.trials_before + self.measured)
         self.view.advance(added)
 
 
@@ -321,7 +322,8 @@ def tune(
         raise TuneFarmError("the model has no task to tune")
     trials_before = sum(db.count_records(t.mod, target) for t in tasks)
     job_name = config.job_name or f"{model_name or 'model'}-{time.strftime('%Y%m%d-%H%M%S')}"
-    job_id = db.start_job(
+    job_id = start_job(
+        db.storage,
         name=job_name,
         model=model_name,
         target_json=json.dumps(target.export(), default=list),
@@ -372,7 +374,7 @@ def tune(
                 runner.shutdown()
             waits = {"build_wait": builder.wait_sec, "run_wait": runner.wait_sec}
     except BaseException as err:
-        db.update_job(job_id, status="failed", finished_at=utcnow(), error=str(err)[:2000])
+        update_job(db.storage, job_id, status="failed", finished_at=utcnow(), error=str(err)[:2000])
         raise
     summaries = []
     for task, state in zip(tasks, states, strict=True):
@@ -389,7 +391,8 @@ def tune(
                 flops=task.flops,
             )
         )
-    db.update_job(
+    update_job(
+        db.storage,
         job_id,
         status="done",
         finished_at=utcnow(),

@@ -7,6 +7,7 @@ import multiprocessing as mp
 import pytest
 
 from database import Storage, TuneFarmDatabase
+from database.jobs import start_job, update_job
 from database.queries import stats
 
 PROCS, PER_PROC, STRIDE = 4, 30, 20  # candidates overlap: each process shares 10 with the next
@@ -34,7 +35,7 @@ def _writer(url: str, proc: int, barrier: object) -> int:
     sch = tvm.s_tir.Schedule(mod)
     barrier.wait()  # type: ignore[attr-defined]  # start together: all create the workload
     workload = db.commit_workload(mod)
-    job = db.start_job(name=f"writer-{proc}", target_json="{}", budget=PER_PROC)
+    job = start_job(db.storage, name=f"writer-{proc}", target_json="{}", budget=PER_PROC)
     trace, _, _, args = TuningRecord(
         sch.trace, workload, None, target, ArgInfo.from_prim_func(mod["main"])
     ).as_json()
@@ -52,8 +53,8 @@ def _writer(url: str, proc: int, barrier: object) -> int:
                 job_id=job,
             )
         )
-        db.update_job(job, trials_done=i - proc * STRIDE + 1)
-    db.update_job(job, status="done")
+        update_job(db.storage, job, trials_done=i - proc * STRIDE + 1)
+    update_job(db.storage, job, status="done")
     return new
 
 

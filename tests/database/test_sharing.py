@@ -10,7 +10,8 @@ import pytest
 import tvm
 from typer.testing import CliRunner
 
-from database import DatabaseError, Storage, TuneFarmDatabase
+from database import DatabaseError, Storage
+from database.jobs import start_job
 from database.queries import best_records, stats
 from database.sharing import export_metaschedule, export_pack, import_metaschedule, merge, prune
 from tests.conftest import TINY
@@ -175,9 +176,7 @@ def test_read_only_role_builds_from_postgres(tuned_db, any_url: str) -> None:
         _ex, report = tf_compile(load_model(TINY).mod, resolve_target("llvm"), ro_url, strict=True)
         assert report.tuned_share == 1.0
         with pytest.raises(DatabaseError, match="permission denied") as info:
-            TuneFarmDatabase(Storage(ro_url, create=False)).start_job(
-                name="x", target_json="{}", budget=1
-            )
+            start_job(Storage(ro_url, create=False), name="x", target_json="{}", budget=1)
         assert "\n" not in str(info.value)
     finally:
         with admin.begin() as conn:

@@ -1,0 +1,85 @@
+"""Bulk import: many measurements with their workloads in one transaction (``db import``
+and ``db merge``), so that either everything lands or nothing does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import update
+from sqlalchemy.orm import Session
+
+from database.models import JobRow, RecordRow
+from database.records import (
+    Measurement,
+    WorkloadIds,
+    WorkloadLabels,
+    insert_record,
+    record_values,
+    workload_row_id,
+)
+from database.storage import Storage
+
+
+def add_many(
+    storage: Storage,
+    items: list[tuple[Measurement, WorkloadLabels]],
+    *,
+    job: dict[str, Any] | None = None,
+    copy_jobs: list[dict[str, Any]] | None = None,
+) -> int:
+    """Store measurements with their workloads in ONE transaction; returns how many were new.
+
+    Used by import and merge: either everything lands or nothing does. ``job`` creates a
+    job row that the records point to; ``copy_jobs`` copies other jobs (each with its
+    ``old_id``), and records' ``job_id`` are mapped from the old ids to the copies.
+    """
+
+    def write(session: Session) -> int:
+        import_job: int | None = None
+        if job is not None:
+            row = JobRow(**job)
+            session.add(row)
+            session.flush()
+            import_job = row.id
+        pending = {fields["old_id"]: fields for fields in copy_jobs or []}
+        copied: dict[int, int] = {}
+
+        def copy_of(old: int) -> int | None:
+            # a teammate's job is copied once, and only when one of its records is new
+            if old not in copied and old in pending:
+                fields = {k: v for k, v in pending[old].items() if k != "old_id"}
+                row = JobRow(**fields)
+                session.add(row)
+                session.flush()
+                copied[old] = row.id
+            return copied.get(old)
+
+        added = 0
+        ids = WorkloadIds()
+        for m, info in items:
+            wid = ids.get(m.workload)
+            if wid is None:
+                mod = m.workload.mod
+                wid = workload_row_id(
+                    session,
+                    mod,
+                    shash=ids.shash(mod),
+                    create=True,
+                    task_name=info.task_name,
+                    family=info.family,
+                )
+                assert wid is not None
+                ids.put(m.workload, mod, wid)
+            values = record_values(m, wid)
+            values["job_id"] = import_job
+            rid = session.execute(insert_record(storage.dialect, values)).scalar()
+            if rid is None:
+                continue
+            added += 1
+            if m.job_id is not None and copy_jobs is not None:
+                session.execute(
+                    update(RecordRow).where(RecordRow.id == rid).values(job_id=copy_of(m.job_id))
+                )
+        return added
+
+    return storage.run(write)

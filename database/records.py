@@ -1,0 +1,252 @@
+"""What a record is, apart from MetaSchedule's interface to it: a :class:`Measurement` (one
+measured candidate with its provenance), the identity of a workload (structural hash,
+:class:`WorkloadIds`), the row values written per record, and the one prepared query per
+lookup level that :class:`~database.ms_database.TuneFarmDatabase` answers ``best`` with.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import tvm
+import tvm_ffi
+from sqlalchemy import bindparam, select, text
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+from tvm.ir import IRModule
+from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+
+from database.models import RecordRow, WorkloadRow
+from database.targets import TargetKey
+
+# Lookup levels, most specific first: the same device (fingerprint) and target, the same
+# target, the same target kind and architecture, the same target kind. Never across kinds.
+LOOKUP_LEVELS = ("device", "target", "arch", "kind")
+
+
+class BestRecord(NamedTuple):
+    """What :meth:`TuneFarmDatabase.best` found: the record, the lookup level that found it
+    (one of ``LOOKUP_LEVELS``) and its mean run time in seconds."""
+
+    record: TuningRecord
+    level: str
+    mean_sec: float
+
+
+def shash_of(obj: Any) -> str:
+    """Structural hash of a TVM object as 16 hex digits."""
+    return format(tvm_ffi.structural_hash(obj) & (2**64 - 1), "016x")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One measured (or failed) candidate, with its provenance, ready to store."""
+
+    workload: Workload
+    candidate_hash: str
+    trace_json: Any
+    args_info_json: Any
+    run_secs: list[float] | None
+    target: tvm.target.Target
+    error_kind: str | None = None
+    error_msg: str | None = None
+    device: str | None = None
+    worker: str | None = None
+    job_id: int | None = None
+    build_sec: float | None = None
+    created_at: dt.datetime | None = None  # kept by import and merge; now when None
+
+    def __post_init__(self) -> None:
+        if self.error_kind is None:
+            secs = self.run_secs or []
+            if not secs or any(not math.isfinite(s) or s <= 0 for s in secs):
+                raise ValueError(f"a valid measurement needs positive finite run times: {secs}")
+
+
+def device_key(device: str | None) -> str | None:
+    """The indexed key of a device fingerprint."""
+    return hashlib.sha1(device.encode()).hexdigest() if device else None
+
+
+@dataclass(frozen=True)
+class WorkloadLabels:
+    """The labels stored with a workload besides its module: its task's name and its kernel
+    family (family structural hash, bucket)."""
+
+    task_name: str | None = None
+    family: tuple[str, dict[str, int]] | None = None
+
+
+class WorkloadIds:
+    """Row ids of workloads seen in one batch, found by identity first, then by structure.
+
+    Never keyed by ``id()`` of an object it does not hold: ``Workload.mod`` returns a new
+    wrapper on each access, freed at once, so its address is reused by unrelated modules.
+    Each entry holds the objects it was keyed by, so an address cannot be reused while the
+    batch lasts; a miss on identity falls back to structural hash and equality.
+    """
+
+    def __init__(self) -> None:
+        self._by_identity: dict[int, tuple[Workload, int]] = {}
+        self._by_shash: dict[str, list[tuple[IRModule, int]]] = {}
+        self._shash: dict[int, tuple[IRModule, str]] = {}
+
+    def shash(self, mod: IRModule) -> str:
+        """The structural hash of ``mod`` (computed once per held module)."""
+        held = self._shash.get(id(mod))
+        if held is not None and held[0] is mod:
+            return held[1]
+        value = shash_of(mod)
+        self._shash[id(mod)] = (mod, value)
+        return value
+
+    def get(self, workload: Workload) -> int | None:
+        """The row id of ``workload`` when this batch has seen it (or an equal module)."""
+        held = self._by_identity.get(id(workload))
+        if held is not None and held[0] is workload:
+            return held[1]
+        mod = workload.mod
+        for known, wid in self._by_shash.get(self.shash(mod), []):
+            if tvm_ffi.structural_equal(known, mod):
+                self._by_identity[id(workload)] = (workload, wid)
+                return wid
+        return None
+
+    def put(self, workload: Workload, mod: IRModule, wid: int) -> None:
+        """Remember that ``workload`` (whose module is ``mod``) is row ``wid``."""
+        self._by_identity[id(workload)] = (workload, wid)
+        self._by_shash.setdefault(self.shash(mod), []).append((mod, wid))
+
+
+def workload_row_id(
+    session: Session,
+    mod: IRModule,
+    *,
+    shash: str,
+    create: bool,
+    task_name: str | None = None,
+    family: tuple[str, dict[str, int]] | None = None,
+) -> int | None:
+    """Find (or with ``create`` add) the workload row of ``mod`` inside ``session``.
+
+    Workloads are matched by structural equality, so there is no unique constraint to lean
+    on: PostgreSQL serializes creators of one hash with a transaction advisory lock, SQLite
+    with its write transactions (BEGIN IMMEDIATE).
+    """
+    if create and session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": int(shash, 16) - 2**63})
+    rows = session.execute(
+        select(WorkloadRow.id, WorkloadRow.mod_json).where(WorkloadRow.shash == shash)
+    ).all()
+    for wid, mod_json in rows:
+        if tvm_ffi.structural_equal(tvm.ir.load_json(mod_json), mod):
+            if family is not None:  # a static workload first seen outside a bucket
+                row = session.get(WorkloadRow, wid)
+                if row is not None and row.family_shash is None:
+                    row.family_shash = family[0]
+                    row.bucket_json = json.dumps(family[1], sort_keys=True)
+            return wid
+    if not create:
+        return None
+    row = WorkloadRow(
+        shash=shash,
+        mod_json=tvm.ir.save_json(mod),
+        task_name=task_name,
+        family_shash=family[0] if family else None,
+        bucket_json=json.dumps(family[1], sort_keys=True) if family else None,
+        flops=_flops(mod),
+        tvm_version=tvm.__version__,
+    )
+    session.add(row)
+    session.flush()
+    return row.id
+
+
+def record_values(m: Measurement, wid: int) -> dict[str, Any]:
+    """The column values of a measurement's record row."""
+    tkey = TargetKey.of(m.target)
+    secs = m.run_secs if m.error_kind is None else None
+    return {
+        "workload_id": wid,
+        "candidate_hash": m.candidate_hash,
+        "trace_json": json.dumps(m.trace_json),
+        "args_info_json": json.dumps(m.args_info_json),
+        "run_secs_json": json.dumps(secs) if secs else None,
+        "mean_sec": statistics.fmean(secs) if secs else None,
+        "std_sec": statistics.pstdev(secs) if secs else None,
+        "target_key": tkey.key,
+        "target_json": tkey.json,
+        "target_kind": tkey.kind,
+        "target_arch": tkey.arch,
+        "device": m.device,
+        "device_key": device_key(m.device),
+        "worker": m.worker,
+        "job_id": m.job_id,
+        "error_kind": m.error_kind,
+        "error_msg": (m.error_msg or "")[:2000] or None,
+        "build_sec": m.build_sec,
+        **({"created_at": m.created_at} if m.created_at is not None else {}),
+    }
+
+
+def _best_queries(limit: int | None = 1) -> dict[str, Any]:
+    """One prepared statement per lookup level, each served by one index."""
+    cols = (
+        RecordRow.trace_json,
+        RecordRow.run_secs_json,
+        RecordRow.target_json,
+        RecordRow.args_info_json,
+        RecordRow.mean_sec,
+    )
+    base = (
+        select(*cols)
+        .where(RecordRow.workload_id == bindparam("wid"), RecordRow.mean_sec.is_not(None))
+        .order_by(RecordRow.mean_sec, RecordRow.id)
+        .limit(limit)
+    )
+    return {
+        "device": base.where(
+            RecordRow.device_key == bindparam("dkey"), RecordRow.target_key == bindparam("tkey")
+        ),
+        "target": base.where(RecordRow.target_key == bindparam("tkey")),
+        "arch": base.where(
+            RecordRow.target_kind == bindparam("kind"), RecordRow.target_arch == bindparam("arch")
+        ),
+        "kind": base.where(RecordRow.target_kind == bindparam("kind")),
+    }
+
+
+BEST_QUERIES = _best_queries()
+RANKED_QUERIES = _best_queries(limit=None)  # every valid record, when the best cannot serve
+
+
+def candidate_hash_of_trace(trace: tvm.s_tir.Trace, mod: IRModule) -> str:
+    """The candidate hash (structural hash of the scheduled module) of a trace on ``mod``."""
+    sch = tvm.s_tir.Schedule(mod)
+    trace.apply_to_schedule(sch, remove_postproc=False)
+    return shash_of(sch.mod)
+
+
+def _flops(mod: IRModule) -> float | None:
+    try:
+        return float(tvm.s_tir.analysis.estimate_tir_flops(mod))
+    except Exception:
+        return None
+
+
+def insert_record(dialect: str, values: dict[str, Any]) -> Any:
+    """An insert of one record row that does nothing when the candidate is already stored
+    (same workload, target and candidate hash) and returns the new row's id otherwise."""
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    return (
+        insert(RecordRow)
+        .values(**values)
+        .on_conflict_do_nothing(index_elements=["workload_id", "target_key", "candidate_hash"])
+        .returning(RecordRow.id)
+    )

@@ -1,0 +1,87 @@
+"""Seeds across buckets: when a kernel has few records at its bucket, the search starts from
+the best traces of the nearest other buckets of the same kernel family, refitted to it
+(:func:`database.transfer.adapt_trace`)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import tvm
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+from tvm.ir import IRModule
+from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+
+from database.models import RecordRow, WorkloadRow
+from database.storage import Storage
+from database.transfer import adapt_trace, bucket_distance
+
+
+def sibling_seeds(
+    storage: Storage,
+    wid: int,
+    mod: IRModule,
+    target_key: str,
+    limit: int,
+    adapted: dict[tuple[int, str], Any],
+) -> list[Any]:
+    """Up to ``limit`` best traces of the nearest other buckets of workload ``wid``'s family
+    on ``target_key``, refitted to ``mod`` (one query per call; ``adapted`` caches each
+    refitted trace, None where it does not fit)."""
+
+    def load(session: Session) -> tuple[Any, list[tuple[Any, ...]]]:
+        me = session.get(WorkloadRow, wid)
+        if me is None or me.family_shash is None or me.bucket_json is None:
+            return None, []
+        best = (
+            select(
+                RecordRow.workload_id,
+                RecordRow.trace_json,
+                func.row_number()
+                .over(partition_by=RecordRow.workload_id, order_by=RecordRow.mean_sec)
+                .label("rank"),
+            )
+            .join(WorkloadRow, WorkloadRow.id == RecordRow.workload_id)
+            .where(
+                WorkloadRow.family_shash == me.family_shash,
+                RecordRow.workload_id != wid,
+                RecordRow.mean_sec.is_not(None),
+                RecordRow.target_key == target_key,
+            )
+            .subquery()
+        )
+        query = (
+            select(WorkloadRow.bucket_json, WorkloadRow.mod_json, best.c.trace_json)
+            .join(best, best.c.workload_id == WorkloadRow.id)
+            .where(best.c.rank <= 4)
+        )
+        return json.loads(me.bucket_json), list(session.execute(query))
+
+    bucket, rows = storage.run(load, write=False)
+    out: list[Any] = []
+    if bucket is not None:
+        rows.sort(key=lambda r: bucket_distance(json.loads(r[0]), bucket))
+        mods: dict[str, IRModule] = {}
+        for _bucket, mod_json, trace_json in rows:
+            if len(out) >= limit:
+                break
+            key = (wid, trace_json)
+            if key not in adapted:
+                if mod_json not in mods:
+                    mods[mod_json] = tvm.ir.load_json(mod_json)
+                adapted[key] = _adapt(trace_json, mods[mod_json], mod)
+            if adapted[key] is not None:
+                out.append(adapted[key])
+    return out
+
+
+def _adapt(trace_json: str, sibling: IRModule, mod: IRModule) -> Any:
+    """Parse a sibling's trace against its own module, then refit it to ``mod``."""
+    try:
+        trace = TuningRecord.from_json(
+            [json.loads(trace_json), None, None, None], Workload(sibling)
+        ).trace
+    except Exception:
+        return None
+    return adapt_trace(trace, mod)

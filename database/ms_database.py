@@ -29,7 +29,6 @@ from database.records import (
     RANKED_QUERIES,
     BestRecord,
     Measurement,
-    candidate_hash_of_trace,
     device_key,
     insert_record,
     record_values,
@@ -123,25 +122,14 @@ class TuneFarmDatabase(PyDatabase):
         positive and finite (a runner that reported 0.0) as ``invalid_result``: kept and counted,
         never chosen as a best.
         """
-        trace, run_secs, _target, args_info = record.as_json()
+        run_secs = record.as_json()[1]
         secs = [float(s) for s in run_secs] if run_secs else None
         error_kind, error_msg = None, None
         if not secs or any(s >= 1e9 for s in secs):
             error_kind = "run_error"
         elif any(not math.isfinite(s) or s <= 0 for s in secs):
             error_kind, error_msg = "invalid_result", f"run times not positive and finite: {secs}"
-        self.add(
-            Measurement(
-                workload=record.workload,
-                candidate_hash=candidate_hash_of_trace(record.trace, record.workload.mod),
-                trace_json=trace,
-                args_info_json=args_info,
-                run_secs=secs if error_kind is None else None,
-                target=record.target,
-                error_kind=error_kind,
-                error_msg=error_msg,
-            )
-        )
+        self.add(Measurement.from_record(record, error_kind=error_kind, error_msg=error_msg))
 
     def add(self, m: Measurement) -> bool:
         """Store one measurement; False when that candidate was already stored."""

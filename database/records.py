@@ -68,6 +68,34 @@ class Measurement:
             if not secs or any(not math.isfinite(s) or s <= 0 for s in secs):
                 raise ValueError(f"a valid measurement needs positive finite run times: {secs}")
 
+    @classmethod
+    def from_record(
+        cls,
+        record: TuningRecord,
+        *,
+        run_secs: list[float] | None = None,
+        error_kind: str | None = None,
+        error_msg: str | None = None,
+        worker: str | None = None,
+    ) -> Measurement:
+        """A measurement of a MetaSchedule record: its candidate hash from replaying the trace
+        on the workload, ``run_secs`` (default: the record's) unless it failed
+        (``error_kind``)."""
+        trace, secs, _, args_info = record.as_json()
+        if run_secs is None and secs:
+            run_secs = [float(s) for s in secs]
+        return cls(
+            workload=record.workload,
+            candidate_hash=candidate_hash_of_trace(record.trace, record.workload.mod),
+            trace_json=trace,
+            args_info_json=args_info,
+            run_secs=run_secs if error_kind is None else None,
+            target=record.target,
+            error_kind=error_kind,
+            error_msg=error_msg,
+            worker=worker,
+        )
+
 
 def device_key(device: str | None) -> str | None:
     """The indexed key of a device fingerprint."""

@@ -24,7 +24,7 @@ from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord, Workloa
 from database.bulk import add_many
 from database.errors import DatabaseError, error_summary
 from database.models import JobRow, MetaRow, RecordRow, WorkloadRow, utcnow
-from database.records import Measurement, WorkloadLabels, candidate_hash_of_trace, shash_of
+from database.records import Measurement, WorkloadLabels, shash_of
 from database.storage import Storage, redact
 
 WORKLOAD_FILE = "database_workload.json"
@@ -36,7 +36,7 @@ FAILED_RUN_SEC = 1e9  # stock MetaSchedule stores a failed run as 1e10 seconds
 
 
 @dataclass(frozen=True)
-class Transfer:
+class CopySummary:
     """What an import, export or merge moved."""
 
     workloads: int
@@ -75,7 +75,7 @@ def _stream(
 # ------------------------------------------------------------------ stock MetaSchedule files
 def export_metaschedule(
     storage: Storage, out_dir: Path, *, best_only: bool = False, force: bool = False
-) -> Transfer:
+) -> CopySummary:
     """Write valid records as stock ``JSONDatabase`` files (workloads + tuning records);
     ``force`` replaces those two files in a folder that has them (nothing else is touched)."""
     if out_dir.exists() and not out_dir.is_dir():
@@ -123,7 +123,7 @@ def export_metaschedule(
     for src, dest in zip(partial, paths, strict=True):
         src.touch()  # an empty export still writes every file
         src.replace(dest)
-    return Transfer(workloads=len(workloads), records=len(rows), added=len(rows))
+    return CopySummary(workloads=len(workloads), records=len(rows), added=len(rows))
 
 
 def _info_of(wl: WorkloadRow) -> dict[str, Any]:
@@ -194,7 +194,7 @@ def _run_secs(value: Any, where: str) -> list[float] | None:
     return None if any(s >= FAILED_RUN_SEC for s in secs) else secs
 
 
-def import_metaschedule(storage: Storage, src: Path) -> Transfer:
+def import_metaschedule(storage: Storage, src: Path) -> CopySummary:
     """Read a stock MetaSchedule database (a work_dir or a folder with its two files).
 
     Every line is parsed and checked before anything is written; then all of it is stored
@@ -229,34 +229,28 @@ def import_metaschedule(storage: Storage, src: Path) -> Transfer:
         secs = _run_secs(body[1], where)
         workload = workloads[index]
         try:
-            record = TuningRecord.from_json(body, workload)
-            chash = candidate_hash_of_trace(record.trace, workload.mod)
+            measurement = Measurement.from_record(
+                TuningRecord.from_json(body, workload),
+                run_secs=secs,
+                error_kind=None if secs else "run_error",
+                error_msg=None if secs else "failed run (imported from MetaSchedule)",
+                worker=f"import:{src.name}",
+            )
         except Exception as err:
             raise DatabaseError(f"{where}: not a tuning record ({error_summary(err)})") from None
-        trace, _, _, args = record.as_json()
         items.append(
             (
-                Measurement(
-                    workload=workload,
-                    candidate_hash=chash,
-                    trace_json=trace,
-                    args_info_json=args,
-                    run_secs=secs,
-                    target=record.target,
-                    error_kind=None if secs else "run_error",
-                    error_msg=None if secs else "failed run (imported from MetaSchedule)",
-                    worker=f"import:{src.name}",
-                ),
+                measurement,
                 info_of[index] if info_of else WorkloadLabels(),
             )
         )
     job = {"name": f"import {src}", "target_json": "{}", "budget": 0, "status": "imported"}
     added = add_many(storage, items, job=job)
-    return Transfer(workloads=len(workloads), records=len(items), added=added)
+    return CopySummary(workloads=len(workloads), records=len(items), added=added)
 
 
 # ------------------------------------------------------------------ teammates' databases
-def merge(storage: Storage, other_url: str) -> Transfer:
+def merge(storage: Storage, other_url: str) -> CopySummary:
     """Fold another TuneFarm database in: every record it has that this one lacks, with its
     provenance (device, worker, time, job). The best per (workload, target, device) follows.
     """
@@ -320,11 +314,11 @@ def merge(storage: Storage, other_url: str) -> Transfer:
         for j in jobs
     ]
     added = add_many(storage, items, copy_jobs=copied)
-    return Transfer(workloads=len(modules), records=len(items), added=added)
+    return CopySummary(workloads=len(modules), records=len(items), added=added)
 
 
 # ------------------------------------------------------------------ schedule packs
-def export_pack(storage: Storage, path: Path, *, force: bool = False) -> Transfer:
+def export_pack(storage: Storage, path: Path, *, force: bool = False) -> CopySummary:
     """Write the best record per (workload, target) into a new read-only SQLite file."""
     if path.is_dir():
         raise DatabaseError(f"{path} is a directory: --format sqlite writes a file")
@@ -376,7 +370,7 @@ def export_pack(storage: Storage, path: Path, *, force: bool = False) -> Transfe
     conn.close()
     tmp.rename(path)
     path.chmod(0o444)
-    return Transfer(workloads=len(wmap), records=len(rows), added=len(rows))
+    return CopySummary(workloads=len(wmap), records=len(rows), added=len(rows))
 
 
 def _columns(model: type) -> list[str]:

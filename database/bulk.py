@@ -8,7 +8,8 @@ from typing import Any
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
-from database.models import JobRow, RecordRow
+from database.jobs import insert_job
+from database.models import RecordRow
 from database.records import (
     Measurement,
     WorkloadIds,
@@ -37,10 +38,7 @@ def add_many(
     def write(session: Session) -> int:
         import_job: int | None = None
         if job is not None:
-            row = JobRow(**job)
-            session.add(row)
-            session.flush()
-            import_job = row.id
+            import_job = insert_job(session, job)
         pending = {fields["old_id"]: fields for fields in copy_jobs or []}
         copied: dict[int, int] = {}
 
@@ -48,10 +46,7 @@ def add_many(
             # a teammate's job is copied once, and only when one of its records is new
             if old not in copied and old in pending:
                 fields = {k: v for k, v in pending[old].items() if k != "old_id"}
-                row = JobRow(**fields)
-                session.add(row)
-                session.flush()
-                copied[old] = row.id
+                copied[old] = insert_job(session, fields)
             return copied.get(old)
 
         added = 0

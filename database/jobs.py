@@ -11,16 +11,17 @@ from database.models import JobRow
 from database.storage import Storage
 
 
+def insert_job(session: Session, fields: dict[str, Any]) -> int:
+    """Insert a job row inside ``session``'s transaction; returns its id."""
+    row = JobRow(**fields)
+    session.add(row)
+    session.flush()
+    return row.id
+
+
 def start_job(storage: Storage, **fields: Any) -> int:
-    """Insert a job row; returns its id."""
-
-    def insert(session: Session) -> int:
-        row = JobRow(**fields)
-        session.add(row)
-        session.flush()
-        return row.id
-
-    return storage.run(insert)
+    """Insert a job row in a transaction of its own; returns its id."""
+    return storage.run(lambda session: insert_job(session, fields))
 
 
 def update_job(storage: Storage, job_id: int, **fields: Any) -> None:

@@ -122,8 +122,7 @@ class TuneFarmDatabase(PyDatabase):
         positive and finite (a runner that reported 0.0) as ``invalid_result``: kept and counted,
         never chosen as a best.
         """
-        run_secs = record.as_json()[1]
-        secs = [float(s) for s in run_secs] if run_secs else None
+        secs = [float(s) for s in record.run_secs] if record.run_secs else None
         error_kind, error_msg = None, None
         if not secs or any(s >= 1e9 for s in secs):
             error_kind = "run_error"

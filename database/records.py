@@ -81,9 +81,9 @@ class Measurement:
         """A measurement of a MetaSchedule record: its candidate hash from replaying the trace
         on the workload, ``run_secs`` (default: the record's) unless it failed
         (``error_kind``)."""
-        trace, secs, _, args_info = record.as_json()
-        if run_secs is None and secs:
-            run_secs = [float(s) for s in secs]
+        trace, _, _, args_info = record.as_json()
+        if run_secs is None and record.run_secs:
+            run_secs = [float(s) for s in record.run_secs]
         return cls(
             workload=record.workload,
             candidate_hash=candidate_hash_of_trace(record.trace, record.workload.mod),

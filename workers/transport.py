@@ -14,6 +14,8 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+import ray
+
 from workers.config import MeasureConfig
 from workers.slots import SlotSpec
 
@@ -95,24 +97,18 @@ class RayTransport:
         return actor.measure_batch.remote([a for _, a in batch], *(art for art, _ in batch))
 
     def wait(self, refs: Sequence[Any], timeout: float) -> list[Any]:
-        import ray
-
         ready, _ = ray.wait(list(refs), num_returns=1, timeout=timeout)
         if ready:  # collect everything that is ready now, not just the first
             ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
         return list(ready)
 
     def get_many(self, refs: Sequence[Any]) -> dict[Any, Any] | None:
-        import ray
-
         try:
             return dict(zip(refs, ray.get(list(refs)), strict=True))
         except ray.exceptions.RayError:
             return None
 
     def get(self, ref: Any) -> Any:
-        import ray
-
         try:
             return ray.get(ref)
         except ray.exceptions.ObjectLostError as err:
@@ -123,14 +119,10 @@ class RayTransport:
             raise CallFailed(str(err)) from err
 
     def kill(self, actor: Any) -> None:
-        import ray
-
         with contextlib.suppress(Exception):  # already gone
             ray.kill(actor, no_restart=True)
 
     def node_alive(self, node_id: str) -> bool:
-        import ray
-
         try:
             return any(n["NodeID"] == node_id and n.get("Alive") for n in ray.nodes())
         except Exception:

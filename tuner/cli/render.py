@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 from rich.console import Console, Group
@@ -43,7 +42,6 @@ class LiveProgress:
 
     def start(self, tasks: Sequence[TaskState], total: int) -> None:
         self.tasks = tasks
-        self.start_time = time.perf_counter()
         self.progress.update(self.bar, total=max(total, 1))
         self.progress.start_task(self.bar)
         self.live = Live(self._render(), console=self.console, refresh_per_second=4)

@@ -12,7 +12,7 @@ import tvm
 
 from database.errors import error_summary
 from tuner.errors import TuneFarmError
-from tuner.frontends.reference import Imported, Reference, flat_outputs
+from tuner.frontends.reference import Imported
 
 _counter = itertools.count()
 
@@ -29,8 +29,9 @@ def load_ir_json(path: Path) -> Imported:
 
 
 def load_tvmscript(path: Path, entry: str = "Module") -> Imported:
-    """The IRModule named ``entry`` in a Python file; its ``numpy_reference`` (if any) is the
-    reference, its ``SHAPE_VARS`` the default buckets."""
+    """The IRModule named ``entry`` in a Python file, its ``numpy_reference`` (if any; the
+    :class:`~tuner.model.Model` makes it the reference) and its ``SHAPE_VARS`` (the default
+    buckets)."""
     name = f"tunefarm_model_{next(_counter)}_{path.stem}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
@@ -55,7 +56,6 @@ def load_tvmscript(path: Path, entry: str = "Module") -> Imported:
     shape_vars = getattr(module, "SHAPE_VARS", {}) or {}
     return Imported(
         mod=mod,
-        reference=Reference("numpy", lambda *a: flat_outputs(ref(*a))) if ref else None,
         numpy_reference=ref,
         shape_vars={str(k): [int(x) for x in v] for k, v in dict(shape_vars).items()},
     )

@@ -7,7 +7,14 @@ TuneFarm's cost model, cold. For each round size, ``repeats`` rounds, each from 
 (pre-tuning, one ``generate_measure_candidates``, post-tuning), on one thread: candidates per
 core-second = candidates / wall seconds. Round sizes are interleaved across repeats.
 
-Usage: ``python -m benchmarks ceiling [--rounds 16 64 256] [--repeats 3] [--out PATH]``.
+``scaling``: the task-parallel search (:mod:`tuner.search`) on a ``ray.cluster_utils.Cluster``
+of two 1-CPU nodes, two tasks each in its own search actor, against one 1-CPU node whose one
+actor searches both. Each task generates ``--scaling-rounds`` rounds of 16 candidates
+(pipelined: no results in between, as the driver does while a round builds); the figure is
+candidates per wall second once the actors are up, the layouts interleaved over repeats.
+
+Usage: ``python -m benchmarks ceiling [--rounds 16 64 256] [--repeats 3] [--parts search scaling]
+[--out PATH]``.
 Results: ``benchmarks/results/<date>-<hostname>-ceiling.json``.
 """
 
@@ -107,19 +114,112 @@ def search_throughput(rounds: list[int], repeats: int) -> list[dict[str, Any]]:
     ]
 
 
+def _scaling_run(nodes: int, rounds: int, per_round: int, seed: int) -> tuple[float, int, int]:
+    """Wall seconds for two tasks to generate ``rounds`` rounds each on ``nodes`` 1-CPU nodes
+    (one actor per node), the candidates they proposed, and the nodes the actors ran on."""
+    import ray
+    import tvm
+    from ray.cluster_utils import Cluster
+
+    from database import TargetKey
+    from tuner.job import search_population
+    from tuner.search.actor import RemoteSearchActor
+    from tuner.search.driver import actor_options, place_actors
+    from tuner.search.task import ModelSpec, TaskSpec
+    from tuner.targets import resolve_target
+
+    target = resolve_target("llvm")
+    mods = [_task(128), _task(96)]
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    for _ in range(nodes - 1):
+        cluster.add_node(num_cpus=1)
+    try:
+        ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
+        cluster.wait_for_nodes()
+        model = ray.put(ModelSpec("tunefarm", seed=seed))
+        actors = [
+            RemoteSearchActor.options(**actor_options(node, soft=False)).remote(
+                TargetKey.of(target).json, model, threads
+            )
+            for node, threads in place_actors(nodes)
+        ]
+        home = [i % nodes for i in range(len(mods))]
+        ray.get(
+            [
+                actors[home[i]].add.remote(
+                    TaskSpec(
+                        task_id=i,
+                        name=f"t{i}",
+                        mod_json=tvm.ir.save_json(mod),
+                        records=[],
+                        max_trials=10_000,
+                        per_round=per_round,
+                        population=search_population(per_round),
+                        seed=seed + i,
+                    )
+                )
+                for i, mod in enumerate(mods)
+            ]
+        )
+        start = time.perf_counter()
+        refs = [actors[home[i]].generate.remote(i) for _ in range(rounds) for i in range(len(mods))]
+        found = sum(len(c or []) for c in ray.get(refs))
+        wall = time.perf_counter() - start
+        where = {ray.get(a.stats.remote())["node"] for a in actors}
+        return wall, found, len(where)
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def search_scaling(rounds: int, repeats: int, per_round: int = 16) -> dict[str, Any]:
+    """Two nodes against one, searching two tasks (see the module docstring)."""
+    rates: dict[int, list[float]] = {1: [], 2: []}
+    placed: dict[int, int] = {}
+    for rep in range(repeats):
+        for nodes in (1, 2):
+            wall, found, where = _scaling_run(nodes, rounds, per_round, seed=rep)
+            rates[nodes].append(found / wall)
+            placed[nodes] = where
+            print(
+                f"{nodes} node(s): {found / wall:.1f} candidates/s on {where} node(s)", flush=True
+            )
+    one, two = stat(rates[1]), stat(rates[2])
+    return {
+        "per_round": per_round,
+        "rounds_per_task": rounds,
+        "one_node": {**one, "actor_nodes": placed[1]},
+        "two_nodes": {**two, "actor_nodes": placed[2]},
+        "speedup": two["median"] / one["median"],
+        "noisy": max(one["spread"], two["spread"]) > 0.25,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks ceiling")
     parser.add_argument("--rounds", type=int, nargs="+", default=[16, 64, 256])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--parts", nargs="+", choices=["search", "scaling"], default=["search", "scaling"]
+    )
+    parser.add_argument("--scaling-rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
-    result = {
-        "machine": machine_header(),
-        "search": search_throughput(args.rounds, args.repeats),
-    }
+    result: dict[str, Any] = {"machine": machine_header()}
+    if "search" in args.parts:
+        result["search"] = search_throughput(args.rounds, args.repeats)
+    if "scaling" in args.parts:
+        result["scaling"] = search_scaling(args.scaling_rounds, args.repeats)
     out = args.out or results_path("ceiling")
     out.write_text(json.dumps(result, indent=2))
-    for row in result["search"]:
+    if "scaling" in result:
+        sc = result["scaling"]
+        verdict = "noisy (spread above 25%)" if sc["noisy"] else f"{sc['speedup']:.2f}x"
+        print(
+            f"search scaling, two 1-CPU nodes vs one: {verdict} "
+            f"({sc['two_nodes']['median']:.1f} vs {sc['one_node']['median']:.1f} candidates/s)"
+        )
+    for row in result.get("search", []):
         spread = row["rate_spread"]
         noisy = " (noisy: spread above 25%)" if spread > 0.25 else ""
         print(

@@ -48,7 +48,11 @@ WORKLOADS: dict[str, tuple[str, dict[str, list[int]]]] = {
     "mlp": ("examples/mlp_dynamic.py", {"b": [8, 64]}),
     "transformer": ("examples/transformer_block_dynamic.py", {"s": [16, 64]}),
 }
-VARIANTS = ("tunefarm", "tunefarm-pop512", "stock")
+# tunefarm: the default job (search in Ray actors); tunefarm-driver: the same job with
+# MetaSchedule's task loop in the driver (--search driver); tunefarm-pop512: with stock's
+# population; stock: MetaSchedule's tune_tasks with its XGBModel
+VARIANTS = ("tunefarm", "tunefarm-driver", "tunefarm-pop512", "stock")
+DEFAULT_VARIANTS = ("tunefarm", "tunefarm-driver", "stock")
 LEVELS = (0.9, 0.95)
 NOISY_SPREAD = 0.25  # an interquartile range above this share of the median
 log = logging.getLogger("tunefarm.bench.ttq")
@@ -117,6 +121,7 @@ def run_tunefarm(
     population: int | None,
     tmp: Path,
     variant: str,
+    search: str = "ray",
 ) -> RunResult:
     """TuneFarm's job on the embedded default into a fresh SQLite file."""
     from database import Storage, shash_of
@@ -128,7 +133,9 @@ def run_tunefarm(
         shash_of(bt.task.mod): bt.task.weight for bt in _bucket_tasks(model_path, target, buckets)
     }
     url = f"sqlite:///{tmp / f'{workload}-{variant}-{seed}.db'}"
-    config = TuneConfig(trials=trials, seed=seed, population=population, measure=_measure())
+    config = TuneConfig(
+        trials=trials, seed=seed, population=population, measure=_measure(), search=search
+    )
     start = time.time()
     summary = tune(
         load_model(model_path).mod,
@@ -391,7 +398,7 @@ def write_report(results: dict[str, Any], results_file: Path, report: Path) -> N
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks time-to-quality")
     parser.add_argument("--workloads", nargs="+", default=["mlp"], choices=list(WORKLOADS))
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    parser.add_argument("--variants", nargs="+", default=list(DEFAULT_VARIANTS), choices=VARIANTS)
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--trials-per-task", type=int, default=16)
     parser.add_argument("--out", type=Path, default=None, help="results JSON path")
@@ -448,6 +455,7 @@ def main(argv: list[str] | None = None) -> int:
                             population,
                             tmp,
                             variant,
+                            search="driver" if variant == "tunefarm-driver" else "ray",
                         )
                     final = run.final_sec
                     console.print(

@@ -8,6 +8,7 @@ import logging
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -27,6 +28,8 @@ from tuner.errors import TuneFarmError
 from tuner.fastimport import preload_tensor_intrin
 from tuner.pipeline import Task, extract_tasks, prepare
 from tuner.progress import JobProgress, SilentProgress, TaskState
+from tuner.search.driver import ActorSearch, SearchPlan
+from tuner.search.task import ModelSpec
 from tuner.symbolic.buckets import bucket_tasks, choose_buckets, symbolic_vars
 from tuner.targets import device_kind
 from workers.builder import RayBuilder
@@ -37,6 +40,9 @@ from workers.results import ErrorKind
 from workers.runner import RayRunner
 
 log = logging.getLogger("tunefarm.job")
+
+
+SEARCH_MODES = ("ray", "driver")
 
 
 @dataclass(frozen=True)
@@ -62,9 +68,16 @@ class TuneConfig:
     # the evolutionary search's population per round (None: sized from the round, see
     # search_population; MetaSchedule's default is 512 whatever the round asks for)
     population: int | None = None
+    # where the evolutionary search runs: "ray" (each task's state in a search actor, rounds
+    # pipelined with builds; tuner.search) or "driver" (MetaSchedule's own task loop here)
+    search: str = "ray"
 
     def __post_init__(self) -> None:
         check_name(self.cost_model)
+        if self.search not in SEARCH_MODES:
+            raise TuneFarmError(
+                f"unknown search mode {self.search!r}; valid: {', '.join(SEARCH_MODES)}"
+            )
         if self.population is not None and self.population < 2:
             raise TuneFarmError(f"population must be at least 2 (got {self.population})")
         if self.trials < 1:
@@ -115,6 +128,9 @@ class JobSummary:
     # the driver's wall time by phase: startup (extraction, Ray), build_wait, run_wait,
     # database, search (the rest: search strategy, cost model, MetaSchedule bookkeeping)
     phases: dict[str, float] = field(default_factory=dict)
+    # how the search ran: mode, and for "ray" its actors, nodes, rounds, restarts, and the
+    # search work done off the driver (actor_busy_sec)
+    search: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -160,11 +176,30 @@ class JobRecorder(PyMeasureCallback):
     ) -> None:
         task_id = self.index[task_id] if self.index is not None else task_id
         workload = self.db.commit_workload(self.tasks[task_id].mod)
+
+        def as_json(i: int) -> tuple[Any, Any]:
+            cand = measure_candidates[i]
+            trace, _, _, args_info = TuningRecord(
+                cand.sch.trace, workload, None, self.target, cand.args_info
+            ).as_json()
+            return trace, args_info
+
+        self.record(task_id, as_json, builder_results, runner_results)
+
+    def record(
+        self,
+        task_id: int,
+        as_json: Callable[[int], tuple[Any, Any]],
+        builder_results: list[Any],
+        runner_results: list[Any],
+    ) -> None:
+        """Record one measured round of ``task_id`` (an index of ``tasks``): ``as_json(i)`` is
+        candidate i's (trace, arguments) as a record stores them, asked only for the
+        candidates that become records."""
+        workload = self.db.commit_workload(self.tasks[task_id].mod)
         state = self.states[task_id]
         measured_before = self.measured
-        for cand, b_res, r_res in zip(
-            measure_candidates, builder_results, runner_results, strict=True
-        ):
+        for i, (b_res, r_res) in enumerate(zip(builder_results, runner_results, strict=True)):
             entry = self.ledger.pop(b_res.artifact_path)
             if entry is not None and entry.dropped:
                 continue
@@ -180,9 +215,7 @@ class JobRecorder(PyMeasureCallback):
                 continue
             self.measured += 1
             kind = ErrorKind.parse(b_res.error_msg or r_res.error_msg)
-            trace, _, _, args_info = TuningRecord(
-                cand.sch.trace, workload, None, self.target, cand.args_info
-            ).as_json()
+            trace, args_info = as_json(i)
             run, build = entry.run, entry.build
             self.db.add(
                 Measurement(
@@ -342,6 +375,7 @@ def tune(
     )
     states = [TaskState(name=t.name, flops=t.flops) for t in tasks]
     ledger = Ledger()
+    search_info: dict[str, Any] = {"mode": "driver"}
     try:
         with RayConnection(address) as _ray:
             # startup: extraction and Ray, less its database transactions (counted there)
@@ -353,12 +387,13 @@ def tune(
             runner = RayRunner(ledger, config.measure, device_kind(target))
             if not runner.has_devices():  # before any build: a cuda job on CPU-only TVM
                 raise TuneFarmError(runner.no_device_message())
+            started = _start_actor_search(
+                tasks, target, db, builder, runner, config, budget, job_id
+            )
+            search, cost_model = started if started is not None else (None, None)
             try:
-                for state, base in zip(
-                    states,
-                    measure_baselines(tasks, target, builder, runner, db, job_id, budget),
-                    strict=True,
-                ):
+                baselines = measure_baselines(tasks, target, builder, runner, db, job_id, budget)
+                for state, base in zip(states, baselines, strict=True):
                     state.baseline_sec = base
                 builder.budget = budget
                 view = progress or SilentProgress()
@@ -367,10 +402,17 @@ def tune(
                 if budget.left > 0:
                     view.start(states, budget.left)
                     try:
-                        _search(tasks, target, db, builder, runner, recorder, config, budget)
+                        if search is not None:
+                            search_info = _run_actor_search(
+                                search, cost_model, tasks, db, recorder, config, budget, baselines
+                            )
+                        else:
+                            _search(tasks, target, db, builder, runner, recorder, config, budget)
                     finally:
                         view.stop()
             finally:
+                if search is not None:
+                    search.shutdown()
                 runner.shutdown()
             waits = {"build_wait": builder.wait_sec, "run_wait": runner.wait_sec}
     except BaseException as err:
@@ -414,7 +456,97 @@ def tune(
         skipped=skipped,
         db_sec=db_sec,
         phases=phases,
+        search=search_info,
     )
+
+
+def _start_actor_search(
+    tasks: list[Task],
+    target: tvm.target.Target,
+    db: TuneFarmDatabase,
+    builder: RayBuilder,
+    runner: RayRunner,
+    config: TuneConfig,
+    budget: TrialBudget,
+    job_id: int,
+) -> tuple[ActorSearch, Any] | None:
+    """The task-parallel search of ``tasks`` (its actors started) and the job's cost model
+    (whose copies the actors hold), or None when the job
+    searches in the driver: ``search="driver"``, the opt-in cross-bucket seeds (which the
+    actors' databases do not hold), or no budget left."""
+    if config.search != "ray" or config.transfer or budget.left <= 0:
+        return None
+    preload_tensor_intrin()
+    cost_model, note = create_cost_model(
+        config.cost_model,
+        storage=db.storage,
+        target=target,
+        mods=[t.mod for t in tasks],
+        seed=config.seed,
+        warm=config.warm_start,
+    )
+    log.info("cost model %s: %s", config.cost_model, note)
+    if config.task_trials is None:
+        per_round = trials_per_round(config.trials_per_iter, budget.left, len(tasks))
+    else:
+        most = max((n for _, n in config.task_trials), default=1)
+        per_round = trials_per_round(config.trials_per_iter, most, 1)
+    plan = SearchPlan(
+        per_round=per_round,
+        population=config.population or search_population(per_round),
+        seed=config.seed,
+        overlap_measure=device_kind(target) != "cpu",
+        job_id=job_id,
+    )
+    search = ActorSearch(
+        tasks, target, db, builder, runner, model_spec(config, cost_model), plan, config.trials
+    )
+    search.start()
+    return search, cost_model
+
+
+def model_spec(config: TuneConfig, cost_model: Any) -> ModelSpec:
+    """The job's cost model as the search actors rebuild it."""
+    from tuner.search.task import search_threads
+
+    state = None
+    if config.cost_model == "tunefarm":
+        state = cost_model.state(nthread=search_threads())
+    return ModelSpec(config.cost_model, config.seed, state)
+
+
+def _run_actor_search(
+    search: ActorSearch,
+    cost_model: Any,
+    tasks: list[Task],
+    db: TuneFarmDatabase,
+    recorder: JobRecorder,
+    config: TuneConfig,
+    budget: TrialBudget,
+    baselines: list[float | None],
+) -> dict[str, Any]:
+    want = None
+    if config.task_trials is not None:  # a planned split: each task up to its count
+        split = dict(config.task_trials)
+        want = [
+            max(0, split.get(t.name, 0) - db.count_records(t.mod, recorder.target)) for t in tasks
+        ]
+    search.run(recorder, budget, want, baselines)
+    features = search.finish()
+    if hasattr(cost_model, "add_measured"):
+        cost_model.add_measured(features)
+    _store_features(cost_model, db, recorder.target)
+    stats = search.stats
+    return {
+        "mode": "ray",
+        "actors": stats.actors,
+        "nodes": stats.nodes,
+        "rounds": stats.rounds,
+        "restarts": stats.restarts,
+        "actor_busy_sec": stats.actor_busy_sec,
+        "wait_sec": stats.wait_sec,
+        "events": list(stats.events),
+    }
 
 
 def _search(

@@ -112,17 +112,29 @@ class RayBuilder(PyBuilder):
         return task.remote(mod_json, target_json, self.config.build_timeout_s, self.build_fn)
 
     def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
-        from database import TargetKey, shash_of
+        from database import shash_of
+
+        if not build_inputs:
+            return []
+        # a MetaSchedule round has one target
+        candidates = [(shash_of(i.mod), tvm.ir.save_json(i.mod)) for i in build_inputs]
+        return self.build_json(candidates, build_inputs[0].target)
+
+    def build_json(
+        self, candidates: list[tuple[str, str]], target: tvm.target.Target
+    ) -> list[BuilderResult]:
+        """Build ``candidates`` given as (candidate hash, module JSON) for ``target``: what a
+        search actor hands over, so the driver never rebuilds or rehashes a module."""
+        from database import TargetKey
 
         keys: list[str] = []
         pending: dict[Any, str] = {}
         args_of: dict[str, tuple[str, str]] = {}
         nodes = _build_nodes() if self.quarantined else None
-        for inp in build_inputs:
-            entry = Entry(candidate_hash=shash_of(inp.mod))
-            row = (
-                self.database.measured(entry.candidate_hash, inp.target) if self.database else None
-            )
+        target_json = TargetKey.of(target).json
+        for candidate_hash, mod_json in candidates:
+            entry = Entry(candidate_hash=candidate_hash)
+            row = self.database.measured(candidate_hash, target) if self.database else None
             if row is not None:
                 entry.cached = True
                 entry.build = BuildResult()
@@ -136,7 +148,7 @@ class RayBuilder(PyBuilder):
                 continue
             key = self.ledger.add(entry)
             keys.append(key)
-            args = (tvm.ir.save_json(inp.mod), TargetKey.of(inp.target).json)
+            args = (mod_json, target_json)
             status_ref, entry.artifact = self.submit(*args, nodes=nodes)
             entry.rebuild = functools.partial(lambda a: self.submit(*a)[1], args)
             pending[status_ref] = key

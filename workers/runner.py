@@ -5,6 +5,7 @@ each artifact from Ray's object store by the key the builder left in the job's l
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.runner import (
@@ -100,9 +101,14 @@ class RayRunner(PyRunner):
         return self._pool
 
     def run(self, runner_inputs: list[RunnerInput]) -> list[RunnerFuture]:
-        futures = []
-        for inp in runner_inputs:
-            key = inp.artifact_path
+        return self.run_json(
+            [(inp.artifact_path, [arg.as_json() for arg in inp.args_info]) for inp in runner_inputs]
+        )
+
+    def run_json(self, inputs: list[tuple[str, Any]]) -> list[RunnerFuture]:
+        """Measure built candidates given as (builder key, arguments as a record stores them)."""
+        futures: list[RunnerFuture] = []
+        for key, args_info in inputs:
             entry = self.ledger.get(key)
             if entry is None or entry.cached or entry.artifact is None:
                 if entry is not None and entry.run is None:
@@ -112,7 +118,6 @@ class RayRunner(PyRunner):
                     )
                 futures.append(RayRunnerFuture(self, key, None))
                 continue
-            args_info = [arg.as_json() for arg in inp.args_info]
             fut = self.pool.submit(entry.artifact, args_info, key, entry.rebuild)
             futures.append(RayRunnerFuture(self, key, fut))
         return futures

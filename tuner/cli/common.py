@@ -182,6 +182,14 @@ TransferOpt = Annotated[
         "(tile sizes refitted).",
     ),
 ]
+SearchOpt = Annotated[
+    str,
+    typer.Option(
+        "--search",
+        help="Where the search runs: ray (each task in a search actor, rounds pipelined with "
+        "builds) or driver (MetaSchedule's task loop in this process).",
+    ),
+]
 CostModelOpt = Annotated[
     str, typer.Option("--cost-model", help="Cost model: tunefarm, xgb (stock) or random.")
 ]

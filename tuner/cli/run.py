@@ -23,6 +23,7 @@ from tuner.cli.common import (
     MinRepeatOpt,
     ModelArg,
     PerIterOpt,
+    SearchOpt,
     SeedOpt,
     ShapeOpt,
     TargetOpt,
@@ -63,6 +64,7 @@ def tune(
     cost_model: CostModelOpt = "tunefarm",
     transfer: TransferOpt = False,
     shape_profile: cli_plan.ShapeProfileOpt = None,
+    search: SearchOpt = "ray",
 ) -> None:
     """Tune MODEL's kernels on Ray workers and store the best schedules in the database.
 
@@ -103,6 +105,7 @@ def tune(
         cost_model=cost_model,
         transfer=transfer,
         task_trials=task_trials,
+        search=search,
     )
     summary = run_tune(
         loaded.mod,
@@ -155,6 +158,14 @@ def print_tune_summary(summary: JobSummary) -> None:
     console.print(
         f"wall time {summary.wall_sec:.1f} s (database {summary.db_sec:.2f} s, {share:.1%})"
     )
+    search = summary.search
+    if search.get("mode") == "ray":
+        console.print(
+            f"search: {search['actors']} actor(s) on {search['nodes']} node(s), "
+            f"{search['rounds']} rounds, {search['actor_busy_sec']:.1f} s of search off the "
+            f"driver, driver waited {search['wait_sec']:.1f} s"
+            + (f", {search['restarts']} actor restart(s)" if search["restarts"] else "")
+        )
 
 
 def build(

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import tvm
@@ -152,6 +154,54 @@ class TunefarmModel(PyCostModel):
             if (shash, chash) in self._measured
         ]
         return store_features(storage, found, FEATURE_VERSION)
+
+    # ------------------------------------------------------------------ shipping
+    def state(self, nthread: int | None = None) -> dict[str, Any]:
+        """Everything needed to rebuild this model elsewhere (a search actor): plain data.
+
+        ``nthread``: the XGBoost threads of the copy (its node's share of cores)."""
+        params = self.params if nthread is None else replace(self.params, nthread=nthread)
+        return {
+            "params": params,
+            "base": to_bytes(self.base) if self.base is not None else None,
+            "ranker": to_bytes(self.ranker) if self.ranker is not None else None,
+            "validity": to_bytes(self.validity) if self.validity is not None else None,
+            "buckets": self.buckets,
+            "weights": self.weights,
+            "min_samples": self.min_samples,
+            "x": np.stack(self._x) if self._x else None,
+            "secs": np.asarray(self._secs, dtype=np.float64),
+            "keys": list(self._keys),
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any], seed: int | None = None) -> TunefarmModel:
+        """The model :meth:`state` describes, fitted as it was (no refit)."""
+        base = from_bytes(state["base"]) if state["base"] is not None else None
+        model = cls(
+            base=base,
+            params=state["params"],
+            buckets=state["buckets"],
+            weights=state["weights"],
+            min_samples=state["min_samples"],
+            seed=seed,
+        )
+        if state["x"] is not None:
+            model.add_local(state["x"], state["secs"], state["keys"])
+        model.ranker = from_bytes(state["ranker"]) if state["ranker"] is not None else None
+        model.validity = from_bytes(state["validity"]) if state["validity"] is not None else None
+        return model
+
+    def measured_features(self) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray]]:
+        """Features of the candidates this model was updated with, by (workload, candidate)."""
+        return dict(self._measured)
+
+    def add_measured(
+        self, measured: Mapping[tuple[str, str], tuple[np.ndarray, np.ndarray]]
+    ) -> None:
+        """Take features measured by copies of this model (search actors), for
+        :meth:`store_features`."""
+        self._measured.update(measured)
 
     # ------------------------------------------------------------------ interface
     def load(self, path: str) -> None:

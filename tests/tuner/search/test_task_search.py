@@ -1,0 +1,102 @@
+"""One task's search state driven round by round, the scheduler, and the cost model's state."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import tvm
+
+from tests.conftest import matmul_mod
+from tuner.cost_model.model import TunefarmModel
+from tuner.cost_model.ranker import RankerParams, fit_ranker, to_bytes
+from tuner.search.scheduler import TaskProgress, next_task
+from tuner.search.task import ModelSpec, TaskSearch, TaskSpec
+
+
+def _spec(records: list | None = None, per_round: int = 4) -> TaskSpec:
+    return TaskSpec(
+        task_id=0,
+        name="mm",
+        mod_json=tvm.ir.save_json(matmul_mod(32, 32, 32)),
+        records=records or [],
+        max_trials=64,
+        per_round=per_round,
+        population=32,
+        seed=3,
+    )
+
+
+def test_rounds_are_plain_data_and_a_second_round_needs_no_results_first(llvm_target) -> None:
+    search = TaskSearch(_spec(), llvm_target, ModelSpec("random", seed=0).create(1), threads=1)
+    first = search.generate()
+    second = search.generate()  # pipelined: the first round is not measured yet
+    assert first and second
+    hashes = [c.candidate_hash for c in first + second]
+    assert len(set(hashes)) == len(hashes)  # never the same candidate twice
+    cand = first[0]
+    json.dumps([cand.trace_json, cand.args_info_json])  # what a record stores
+    from database import shash_of
+
+    assert shash_of(tvm.ir.load_json(cand.mod_json)) == cand.candidate_hash
+    with pytest.raises(ValueError, match="results for a round of"):
+        search.notify([(None, "boom")])
+    search.notify([([1e-3 * (i + 1)], None) for i in range(len(first))])
+    search.notify([(None, "build error")] * len(second))
+    top = search.db.get_top_k(search.workload, 100)
+    assert [float(r.run_secs[0]) for r in top] == sorted(1e-3 * (i + 1) for i in range(len(first)))
+
+
+def test_a_state_rebuilt_from_records_starts_from_them(llvm_target) -> None:
+    search = TaskSearch(_spec(), llvm_target, ModelSpec("random", seed=0).create(1), threads=1)
+    round_ = search.generate()
+    search.notify([([2e-3], None)] + [(None, "x")] * (len(round_) - 1))
+    (record,) = search.db.get_top_k(search.workload, 10)
+    again = TaskSearch(
+        _spec(records=[json.loads(json.dumps(record.as_json(), default=float))]),
+        llvm_target,
+        ModelSpec("random", seed=0).create(1),
+        threads=1,
+    )
+    (seeded,) = again.db.get_top_k(again.workload, 10)
+    assert float(seeded.run_secs[0]) == 2e-3
+    assert again.generate()
+
+
+def test_the_scheduler_gives_every_task_a_round_then_the_most_promising() -> None:
+    progress = [TaskProgress(weight=1, want=8, baseline_sec=1e-3) for _ in range(3)]
+    assert next_task(progress, {0, 1, 2}) == 0
+    progress[0].rounds = 1
+    assert next_task(progress, {0, 1, 2}) == 1
+    assert next_task(progress, {0}) == 0  # the one its actor hosts
+    for p, best in zip(progress, (1e-3, 5e-3, 2e-3), strict=True):
+        p.rounds = 1
+        p.measured(best)
+    assert next_task(progress, {0, 1, 2}) == 1  # the largest weighted latency
+    progress[1].sent = 8  # its share is spent
+    assert next_task(progress, {0, 1, 2}) == 2
+    progress[2].exhausted = True
+    assert next_task(progress, {1, 2}) is None
+    fresh = TaskProgress(weight=1, want=4)
+    fresh.measured(None)  # nothing valid yet
+    assert math.isinf(fresh.best[-1]) and math.isinf(fresh.priority())
+
+
+def test_the_cost_model_travels_as_plain_data() -> None:
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((64, 8)).astype("float32")
+    secs = rng.uniform(1e-4, 1e-3, 64)
+    group = np.repeat(np.arange(4), 16)
+    params = RankerParams(rounds=5, online_rounds=3)
+    base = fit_ranker(x, secs, group, params)
+    model = TunefarmModel(base=base, params=params, weights={"w": 2.0}, seed=0)
+    model.add_local(x[:20], secs[:20], ["w"] * 20)
+    model.refit()
+    copy = TunefarmModel.from_state(model.state(nthread=1), seed=5)
+    assert copy.params.nthread == 1 and copy.weights == {"w": 2.0}
+    assert to_bytes(copy.ranker) == to_bytes(model.ranker)
+    assert to_bytes(copy.base) == to_bytes(model.base)
+    assert copy.n_local == 20
+    np.testing.assert_array_equal(np.stack(copy._x), np.stack(model._x))

@@ -1,0 +1,69 @@
+"""The Ray actor that hosts the search states of a few tasks."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import ray
+
+from tuner.search.task import Candidate, ModelSpec, TaskSearch, TaskSpec
+
+
+class SearchActor:
+    """Search states of the tasks the driver placed here, each with its own cost model copy
+    (built from the job's model, which travels once through the object store).
+
+    Reserves no CPU (a search must never keep builds from being scheduled on a small node);
+    its threads are sized from its node's cores and the searches sharing them.
+    """
+
+    def __init__(self, target_json: str, model: ModelSpec, threads: int) -> None:
+        import tvm
+
+        from tuner.fastimport import preload_tensor_intrin
+
+        preload_tensor_intrin()
+        self.target = tvm.target.Target(__import__("json").loads(target_json))
+        self.model = model
+        self.threads = threads
+        self.tasks: dict[int, TaskSearch] = {}
+        self.busy_sec = 0.0  # time spent searching, for the job's figures
+
+    def add(self, spec: TaskSpec) -> int:
+        """Build the state of ``spec``'s task here (replacing one of the same id)."""
+        start = time.perf_counter()
+        model = self.model.create(self.threads, seed=None if spec.seed < 0 else spec.seed)
+        self.tasks[spec.task_id] = TaskSearch(spec, self.target, model, self.threads)
+        self.busy_sec += time.perf_counter() - start
+        return spec.task_id
+
+    def generate(self, task_id: int) -> list[Candidate] | None:
+        """The next round of ``task_id``; None when its search is exhausted."""
+        start = time.perf_counter()
+        try:
+            return self.tasks[task_id].generate()
+        finally:
+            self.busy_sec += time.perf_counter() - start
+
+    def notify(self, task_id: int, results: list[tuple[list[float] | None, str | None]]) -> None:
+        """Results of ``task_id``'s oldest round not yet notified."""
+        start = time.perf_counter()
+        try:
+            self.tasks[task_id].notify(results)
+        finally:
+            self.busy_sec += time.perf_counter() - start
+
+    def features(self) -> dict[Any, Any]:
+        """Measured candidates' features of every task here (for the next warm start)."""
+        out: dict[Any, Any] = {}
+        for search in self.tasks.values():
+            out.update(search.measured_features())
+        return out
+
+    def stats(self) -> dict[str, Any]:
+        """Where the actor runs and how long it searched."""
+        return {"node": ray.get_runtime_context().get_node_id(), "busy_sec": self.busy_sec}
+
+
+RemoteSearchActor = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=1)(SearchActor)

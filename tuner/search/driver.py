@@ -1,0 +1,330 @@
+"""The driver's side of the task-parallel search.
+
+Search actors (:class:`tuner.search.actor.SearchActor`) hold every task's search state; the
+driver schedules tasks (:mod:`tuner.search.scheduler`), hands rounds to actors, routes the
+candidates they return to the builders and runners, records the results and feeds them back.
+While a round builds, the actors already generate the next ones (their cost models lag one
+round). On a CPU target, where the search would share cores with the measurement, the
+measurement waits for the rounds in flight; elsewhere (GPU, ARM) the search runs on throughout.
+An actor that dies is replaced and its tasks rebuilt from the database: nothing is lost but the
+round it was generating.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+import tvm
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from database import TargetKey, TuneFarmDatabase
+from database.errors import error_summary
+from tuner.errors import TuneFarmError
+from tuner.pipeline import Task
+from tuner.search.actor import RemoteSearchActor
+from tuner.search.scheduler import TaskProgress, next_task
+from tuner.search.task import Candidate, ModelSpec, TaskSpec, search_threads
+from workers.builder import RayBuilder
+from workers.ledger import TrialBudget
+from workers.runner import RayRunner
+
+log = logging.getLogger("tunefarm.search")
+
+MAX_RESTARTS = 3  # per actor slot: a task whose actor keeps dying fails the job
+
+
+def place_actors(n: int) -> list[tuple[str | None, int]]:
+    """Where ``n`` search actors go: round-robin over the alive nodes that offer CPUs, most
+    CPUs first, each with its threads (its node's CPUs shared among the actors there).
+    ``(None, 1)`` each when Ray reports no such node."""
+    nodes = sorted(
+        (
+            (int(node["Resources"].get("CPU", 0)), node["NodeID"])
+            for node in ray.nodes()
+            if node.get("Alive") and node.get("Resources", {}).get("CPU", 0) >= 1
+        ),
+        reverse=True,
+    )
+    if not nodes:
+        return [(None, 1)] * n
+    where = [nodes[k % len(nodes)] for k in range(n)]
+    sharing = {nid: sum(1 for _, other in where if other == nid) for _, nid in nodes}
+    return [(nid, search_threads(cpus, sharing[nid])) for cpus, nid in where]
+
+
+def actor_options(node_id: str | None, soft: bool = True) -> dict[str, Any]:
+    """Ray options that put a search actor on ``node_id`` (``soft``: anywhere if it is gone)."""
+    if node_id is None:
+        return {}
+    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=soft)}
+
+
+@dataclass(frozen=True)
+class SearchPlan:
+    """How the actor search runs; validated at construction."""
+
+    per_round: int
+    population: int
+    seed: int | None = None
+    overlap_measure: bool = False  # keep generating while candidates are measured
+    actors: int | None = None  # None: one per task, at most the cluster's CPUs
+    job_id: int | None = None  # names the actors (tunefarm-search-<job>-<slot>)
+
+    def __post_init__(self) -> None:
+        if self.per_round < 1 or self.population < 2:
+            raise TuneFarmError("a search round needs at least 1 candidate and a population of 2")
+        if self.actors is not None and self.actors < 1:
+            raise TuneFarmError(f"search actors must be at least 1 (got {self.actors})")
+
+
+@dataclass
+class SearchStats:
+    """What the actor search did, for the job summary."""
+
+    actors: int = 0
+    nodes: int = 0
+    rounds: int = 0
+    restarts: int = 0
+    actor_busy_sec: float = 0.0  # summed over actors: the search work done off the driver
+    wait_sec: float = 0.0  # driver time blocked on actors
+    events: list[str] = field(default_factory=list)
+
+
+class ActorSearch:
+    """Task-parallel search of ``tasks`` on Ray actors, recording through ``recorder``."""
+
+    def __init__(
+        self,
+        tasks: list[Task],
+        target: tvm.target.Target,
+        db: TuneFarmDatabase,
+        builder: RayBuilder,
+        runner: RayRunner,
+        model: ModelSpec,
+        plan: SearchPlan,
+        max_trials: int,
+    ) -> None:
+        self.tasks, self.target, self.db = tasks, target, db
+        self.builder, self.runner = builder, runner
+        self.plan, self.max_trials = plan, max_trials
+        self.recorder: Any = None  # tuner.job.JobRecorder, from run()
+        self.budget = TrialBudget(0)
+        self.stats = SearchStats()
+        self._target_json = TargetKey.of(target).json
+        self._model_ref = ray.put(model)
+        cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        n = plan.actors or min(len(tasks), cpus)
+        self.n_actors = max(1, min(n, len(tasks)))
+        self._places = place_actors(self.n_actors)
+        self.home = [i % self.n_actors for i in range(len(tasks))]  # task -> actor slot
+        self.actors: list[Any] = [None] * self.n_actors
+        self._generation = [0] * self.n_actors
+        self.progress = [TaskProgress(weight=float(t.weight), want=max_trials) for t in tasks]
+        self._ready_refs: list[Any] = []
+
+    # ------------------------------------------------------------------ actors
+    def start(self) -> None:
+        """Create the actors and build every task's state (asynchronously: call before the
+        baselines are measured, so the actors start while the workers are busy)."""
+        for slot in range(self.n_actors):
+            self._spawn(slot)
+
+    def _spawn(self, slot: int) -> None:
+        node, threads = self._places[slot]
+        opts = actor_options(node)
+        if self.plan.job_id is not None:
+            opts["name"] = f"tunefarm-search-{self.plan.job_id}-{slot}-{self._generation[slot]}"
+        actor = RemoteSearchActor.options(**opts).remote(
+            self._target_json, self._model_ref, threads
+        )
+        self.actors[slot] = actor
+        for task in (i for i, home in enumerate(self.home) if home == slot):
+            self._ready_refs.append(actor.add.remote(self._spec(task)))
+
+    def _spec(self, task: int) -> TaskSpec:
+        mod = self.tasks[task].mod
+        workload = self.db.commit_workload(mod)
+        records = [
+            json.loads(json.dumps(r.as_json(), default=float))
+            for r in self.db.get_top_k(workload, self.plan.population)
+            if r.run_secs
+        ]
+        seed = self.plan.seed
+        return TaskSpec(
+            task_id=task,
+            name=self.tasks[task].name,
+            mod_json=tvm.ir.save_json(mod),
+            records=records,
+            max_trials=max(1, self.max_trials),
+            per_round=self.plan.per_round,
+            population=self.plan.population,
+            seed=-1 if seed is None or seed < 0 else seed + task,
+        )
+
+    def _restart(self, slot: int, why: str) -> None:
+        self._generation[slot] += 1
+        self.stats.restarts += 1
+        if self._generation[slot] > MAX_RESTARTS:
+            raise TuneFarmError(f"search actor {slot} died {self._generation[slot]} times: {why}")
+        note = f"search actor {slot} died ({why}); restarted, its tasks rebuilt from the database"
+        self.stats.events.append(note)
+        log.warning(note)
+        with contextlib.suppress(Exception):  # already gone
+            ray.kill(self.actors[slot])
+        self._spawn(slot)
+
+    # ------------------------------------------------------------------ loop
+    def run(
+        self,
+        recorder: Any,
+        budget: TrialBudget,
+        want: list[int] | None = None,
+        baselines: list[float | None] | None = None,
+    ) -> None:
+        """Search until ``budget`` is spent or every task's search is exhausted, recording
+        through ``recorder`` (a :class:`tuner.job.JobRecorder`). ``want``: candidates each task
+        may be sent (a planned split); ``baselines``: the untuned latencies, for the scheduler."""
+        self.recorder, self.budget = recorder, budget
+        for i, progress in enumerate(self.progress):
+            progress.want = want[i] if want is not None else budget.left
+            progress.baseline_sec = baselines[i] if baselines is not None else None
+        try:  # every state built (a task the search cannot start is a clear error)
+            ray.get(self._ready_refs)
+        except ray.exceptions.RayTaskError as err:
+            raise TuneFarmError(f"a task's search could not start: {error_summary(err)}") from err
+        except ray.exceptions.RayActorError:
+            pass  # a dead actor is restarted at its first generate
+        self._ready_refs = []
+        gen: dict[Any, tuple[int, int, int]] = {}  # ref -> (task, actor slot, generation)
+        ready: deque[tuple[int, list[Candidate]]] = deque()
+        queued: set[int] = set()  # tasks with a round generating or ready
+        while self.budget.left > 0:
+            self._submit(gen, queued)
+            self._collect(gen, ready, queued, block=not ready)
+            if not ready:
+                if not gen:
+                    break
+                continue
+            task, cands = ready.popleft()
+            queued.discard(task)
+            self._submit(gen, queued)  # the actors generate while this round builds
+            self._measure(task, cands, gen, ready, queued)
+
+    def _submit(self, gen: dict[Any, tuple[int, int, int]], queued: set[int]) -> None:
+        busy = {slot for _, slot, _ in gen.values()}
+        for slot in range(self.n_actors):
+            if slot in busy:
+                continue
+            mine = {i for i, home in enumerate(self.home) if home == slot and i not in queued}
+            task = next_task(self.progress, mine)
+            if task is None:
+                continue
+            ref = self.actors[slot].generate.remote(task)
+            gen[ref] = (task, slot, self._generation[slot])
+            queued.add(task)
+
+    def _collect(
+        self,
+        gen: dict[Any, tuple[int, int, int]],
+        ready: deque[tuple[int, list[Candidate]]],
+        queued: set[int],
+        block: bool,
+        every: bool = False,
+    ) -> None:
+        if not gen:
+            return
+        start = time.perf_counter()
+        refs = list(gen)
+        want = len(refs) if every else 1
+        done, _ = ray.wait(
+            refs, num_returns=want if block else len(refs), timeout=None if block else 0
+        )
+        self.stats.wait_sec += time.perf_counter() - start
+        for ref in done:
+            task, slot, generation = gen.pop(ref)
+            try:
+                cands = ray.get(ref)
+            except ray.exceptions.RayActorError as err:
+                queued.discard(task)
+                if generation == self._generation[slot]:
+                    self._restart(slot, error_summary(err))
+                continue
+            except ray.exceptions.RayTaskError as err:  # the search itself failed: a bug
+                raise TuneFarmError(
+                    f"search of {self.tasks[task].name} failed: {error_summary(err)}"
+                ) from err
+            if cands is None:
+                self.progress[task].exhausted = True
+                queued.discard(task)
+                continue
+            cands = cands[: max(0, self.progress[task].want - self.progress[task].sent)]
+            self.progress[task].sent += len(cands)
+            ready.append((task, cands))
+
+    def _measure(
+        self,
+        task: int,
+        cands: list[Candidate],
+        gen: dict[Any, tuple[int, int, int]],
+        ready: deque[tuple[int, list[Candidate]]],
+        queued: set[int],
+    ) -> None:
+        built = self.builder.build_json(
+            [(c.candidate_hash, c.mod_json) for c in cands], self.target
+        )
+        if not self.plan.overlap_measure:  # the search would share the measuring cores
+            self._collect(gen, ready, queued, block=True, every=True)
+        futures = self.runner.run_json(
+            [(b.artifact_path, c.args_info_json) for b, c in zip(built, cands, strict=True)]
+        )
+        results = [f.result() for f in futures]
+        self.recorder.record(
+            task, lambda i: (cands[i].trace_json, cands[i].args_info_json), built, results
+        )
+        progress = self.progress[task]
+        progress.rounds += 1
+        progress.measured(self.recorder.states[task].best_sec)
+        self.stats.rounds += 1
+        told = [
+            (
+                [float(s) for s in r.run_secs] if r.run_secs and r.error_msg is None else None,
+                r.error_msg,
+            )
+            for r in results
+        ]
+        slot = self.home[task]
+        self.actors[slot].notify.remote(task, told)  # in order with the actor's next calls
+
+    # ------------------------------------------------------------------ end
+    def finish(self) -> dict[Any, Any]:
+        """Collect the actors' figures and measured features, then stop them."""
+        features: dict[Any, Any] = {}
+        nodes = set()
+        for actor in self.actors:
+            try:
+                stats = ray.get(actor.stats.remote(), timeout=60)
+                features.update(ray.get(actor.features.remote(), timeout=60))
+            except (ray.exceptions.RayError, TimeoutError) as err:
+                log.info("search actor lost at the end: %s", error_summary(err))
+                continue
+            nodes.add(stats["node"])
+            self.stats.actor_busy_sec += stats["busy_sec"]
+        self.stats.actors = self.n_actors
+        self.stats.nodes = len(nodes)
+        return features
+
+    def shutdown(self) -> None:
+        for actor in self.actors:
+            if actor is not None:
+                ray.kill(actor)
+        self.actors = [None] * self.n_actors
+
+
+__all__ = ["ActorSearch", "SearchPlan", "SearchStats", "actor_options", "place_actors"]

@@ -1,0 +1,53 @@
+"""Which task searches next: every task once, then the one whose rounds pay most."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+
+@dataclass
+class TaskProgress:
+    """What the scheduler knows of one task."""
+
+    weight: float
+    want: int  # candidates this task may still be sent (its share of the budget, or the job's)
+    baseline_sec: float | None = None
+    rounds: int = 0
+    sent: int = 0
+    best: list[float] = field(default_factory=list)  # best latency after each measured round
+    exhausted: bool = False  # its search has nothing more to offer
+
+    @property
+    def open(self) -> bool:
+        return not self.exhausted and self.sent < self.want
+
+    def measured(self, best_sec: float | None) -> None:
+        """A round of this task was measured; ``best_sec``: its best latency so far."""
+        last = self.best[-1] if self.best else self.baseline_sec
+        value = best_sec if best_sec is not None else last
+        self.best.append(value if value is not None else math.inf)
+
+    def priority(self) -> float:
+        """Expected weighted gain of one more round: the task's weighted latency, raised by
+        how much its last round gained, lowered by the rounds it already had (each round
+        finds less). Larger is better."""
+        latest = next((b for b in reversed(self.best) if math.isfinite(b)), None)
+        latest = latest if latest is not None else self.baseline_sec
+        if latest is None:
+            return math.inf  # nothing valid yet: worth a round before anything known
+        before = self.best[-2] if len(self.best) > 1 else self.baseline_sec
+        gain = (before - latest) / before if before and math.isfinite(before) else 0.0
+        return self.weight * latest * (1.0 + max(0.0, gain)) / (1 + self.rounds)
+
+
+def next_task(progress: list[TaskProgress], eligible: set[int]) -> int | None:
+    """The task of ``eligible`` to search next: one that had no round yet first (in order),
+    then the highest :meth:`TaskProgress.priority`; None when none is open."""
+    open_ids = [i for i in sorted(eligible) if progress[i].open]
+    if not open_ids:
+        return None
+    fresh = [i for i in open_ids if progress[i].rounds == 0]
+    if fresh:
+        return fresh[0]
+    return max(open_ids, key=lambda i: (progress[i].priority(), -progress[i].sent))

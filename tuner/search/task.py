@@ -1,0 +1,145 @@
+"""One task's search state, driven round by round from outside (a search actor).
+
+The state is MetaSchedule's own: a ``TuneContext`` with its design spaces and evolutionary
+search, a ``MemoryDatabase`` holding the task's best records (seeded by the driver from the
+team database, then every result this search is told of), and a copy of the job's cost model
+that only this task's measurements update. Candidates and results cross process boundaries as
+plain data, so a state can be rebuilt anywhere from the database alone.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import tvm
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.database import TuningRecord
+from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+from database import shash_of
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A candidate schedule as plain data: what the builder, runner and recorder need."""
+
+    candidate_hash: str  # structural hash of the scheduled module
+    mod_json: str  # the scheduled module (tvm.ir.save_json)
+    trace_json: Any  # MetaSchedule's trace, as a record stores it
+    args_info_json: Any  # the kernel's arguments, as a record stores them
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The job's cost model, to be rebuilt in each task's state: by name, plus TuneFarm's
+    fitted state (:meth:`tuner.cost_model.model.TunefarmModel.state`)."""
+
+    name: str
+    seed: int | None = None
+    state: dict[str, Any] | None = None
+
+    def create(self, threads: int, seed: int | None = None) -> Any:
+        """A fresh copy for one task (``seed``: its own random stream)."""
+        seed = self.seed if seed is None else seed
+        if self.name == "tunefarm":
+            from tuner.cost_model.model import TunefarmModel
+
+            if self.state is None:
+                return TunefarmModel(seed=seed)
+            return TunefarmModel.from_state(self.state, seed=seed)
+        if self.name == "xgb":
+            return ms.CostModel.create("xgb", num_tuning_cores=threads)
+        return ms.CostModel.create("random", seed=seed)
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What a search state is built from."""
+
+    task_id: int
+    name: str
+    mod_json: str
+    records: list[Any]  # the task's best records so far, TuningRecord.as_json() each
+    max_trials: int
+    per_round: int
+    population: int
+    seed: int  # -1: random
+
+
+class TaskSearch:
+    """The search of one task: :meth:`generate` a round, :meth:`notify` its results."""
+
+    def __init__(self, spec: TaskSpec, target: tvm.target.Target, model: Any, threads: int) -> None:
+        self.spec = spec
+        self.target = target
+        self.model = model
+        mod = tvm.ir.load_json(spec.mod_json)
+        self.db = ms.database.MemoryDatabase()
+        self.workload = self.db.commit_workload(mod)
+        for rec in spec.records:
+            self.db.commit_tuning_record(TuningRecord.from_json(rec, self.workload))
+        self.ctx = ms.TuneContext(
+            mod=mod,
+            target=target,
+            space_generator="post-order-apply",
+            search_strategy=ms.search_strategy.EvolutionarySearch(population_size=spec.population),
+            task_name=spec.name,
+            rand_state=spec.seed,
+            num_threads=threads,
+        ).clone()
+        self.ctx.pre_tuning(
+            max_trials=spec.max_trials,
+            num_trials_per_iter=spec.per_round,
+            design_spaces=self.ctx.generate_design_space(),
+            database=self.db,
+            cost_model=model,
+        )
+        self._pending: list[list[Any]] = []  # generated rounds not yet notified, oldest first
+
+    def generate(self) -> list[Candidate] | None:
+        """The next round's candidates; None when the search has nothing more to offer."""
+        cands = self.ctx.generate_measure_candidates()
+        if cands is None:
+            return None
+        cands = list(cands)
+        self._pending.append(cands)
+        out = []
+        for cand in cands:
+            trace, _, _, args = TuningRecord(
+                cand.sch.trace, self.workload, None, self.target, cand.args_info
+            ).as_json()
+            mod = cand.sch.mod
+            out.append(Candidate(shash_of(mod), tvm.ir.save_json(mod), trace, args))
+        return out
+
+    def notify(self, results: list[tuple[list[float] | None, str | None]]) -> None:
+        """Results of the oldest round not yet notified, in its order: (run seconds or None,
+        error or None) each. Valid ones become records of the search's database; the search
+        and the cost model hear all of them."""
+        if not self._pending:
+            raise ValueError("results for no round: every generated round was notified")
+        cands = self._pending[0]
+        if len(cands) != len(results):
+            raise ValueError(f"{len(results)} results for a round of {len(cands)} candidates")
+        self._pending.pop(0)
+        runner_results = []
+        for cand, (secs, err) in zip(cands, results, strict=True):
+            runner_results.append(RunnerResult(secs if err is None else None, err))
+            if err is None and secs:
+                self.db.commit_tuning_record(
+                    TuningRecord(cand.sch.trace, self.workload, secs, self.target, cand.args_info)
+                )
+        self.ctx.notify_runner_results(cands, runner_results)
+        self.model.update(self.ctx, cands, runner_results)
+
+    def measured_features(self) -> dict[Any, Any]:
+        """The features the cost model copy kept of measured candidates (TuneFarm's model)."""
+        get = getattr(self.model, "measured_features", None)
+        return get() if get is not None else {}
+
+
+def search_threads(cpus: int | None = None, sharers: int = 1) -> int:
+    """Threads for one of ``sharers`` searches on a node of ``cpus`` cores (default: this one)."""
+    return max(1, (cpus or os.cpu_count() or 1) // max(1, sharers))

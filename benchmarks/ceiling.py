@@ -13,7 +13,17 @@ actor searches both. Each task generates ``--scaling-rounds`` rounds of 16 candi
 (pipelined: no results in between, as the driver does while a round builds); the figure is
 candidates per wall second once the actors are up, the layouts interleaved over repeats.
 
-Usage: ``python -m benchmarks ceiling [--rounds 16 64 256] [--repeats 3] [--parts search scaling]
+``head``: what the driver itself sustains when search, builds and runs return at once: rounds
+of candidates (already generated: a real candidate of the matmul, its hash varied) built through
+``RayBuilder`` with a build function that returns a stub artifact at once, measured through
+``RayRunner`` on ``--devices`` simulated device actors that answer at once, and recorded by
+the job's ``JobRecorder`` into SQLite and PostgreSQL (``TUNEFARM_TEST_PG_URL`` or the local
+server). Candidates per second over ``--head-candidates`` candidates, after a warm-up round.
+The simulated device exists only here (``instant_build``/``instant_measure``): ``tune`` can
+never select it.
+
+Usage: ``python -m benchmarks ceiling [--rounds 16 64 256] [--repeats 3]
+[--parts search scaling head] [--head-candidates 1024] [--head-round 64] [--devices 8]
 [--out PATH]``.
 Results: ``benchmarks/results/<date>-<hostname>-ceiling.json``.
 """
@@ -22,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -114,6 +125,127 @@ def search_throughput(rounds: list[int], repeats: int) -> list[dict[str, Any]]:
     ]
 
 
+def instant_build(mod_json: str, target_json: str) -> tuple[Any, bytes]:
+    """The simulated device's build: a stub artifact at once (benchmarks only)."""
+    from workers.results import BuildResult
+
+    return BuildResult(build_sec=0.0), b"simulated"
+
+
+def instant_measure(artifact: Any, args_info: list, device: str, config: Any) -> Any:
+    """The simulated device's measurement: a fixed latency at once (benchmarks only)."""
+    from workers.results import RunResult
+
+    return RunResult(run_secs=(1e-4,), device="simulated", worker="simulated")
+
+
+def head_ceiling(url: str, candidates: int, per_round: int, devices: int) -> dict[str, Any]:
+    """Candidates per second the driver sustains into ``url`` (see the module docstring)."""
+    import ray
+    import tvm
+
+    from database import Storage, TuneFarmDatabase
+    from database.jobs import start_job
+    from tuner.job import JobRecorder
+    from tuner.pipeline import Task
+    from tuner.progress import SilentProgress, TaskState
+    from tuner.search.task import ModelSpec, TaskSearch, TaskSpec
+    from tuner.targets import resolve_target
+    from workers.builder import RayBuilder
+    from workers.config import MeasureConfig
+    from workers.connection import RayConnection
+    from workers.ledger import Ledger
+    from workers.runner import RayRunner
+    from workers.slots import SlotSpec
+
+    target = resolve_target("llvm")
+    mod = _task(32)
+    search = TaskSearch(
+        TaskSpec(0, "head", tvm.ir.save_json(mod), [], 10_000, 1, 16, 0),
+        target,
+        ModelSpec("random", seed=0).create(1),
+        threads=1,
+    )
+    (real,) = search.generate() or []
+    storage = Storage(url)
+    db = TuneFarmDatabase(storage, target)
+    job_id = start_job(storage, name="head-ceiling", model=None, target_json="{}", budget=0)
+    tasks = [Task("head", mod, 1, None)]
+    states = [TaskState(name="head", flops=None)]
+    ledger = Ledger()
+    config = MeasureConfig()
+    with RayConnection(num_cpus=2):
+        builder = RayBuilder(ledger, config, db, build_fn="benchmarks.ceiling:instant_build")
+        slots = [
+            SlotSpec(f"sim{i}", measure_fn="benchmarks.ceiling:instant_measure")
+            for i in range(devices)
+        ]
+        runner = RayRunner(ledger, config, slots=slots)
+        recorder = JobRecorder(db, ledger, tasks, target, job_id, states, SilentProgress(), 0)
+        counter = iter(range(10**9))
+
+        def one_round() -> None:
+            cands = [
+                (f"{real.candidate_hash}-{next(counter)}", real.mod_json) for _ in range(per_round)
+            ]
+            built = builder.build_json(cands, target)
+            futures = runner.run_json([(b.artifact_path, real.args_info_json) for b in built])
+            results = [f.result() for f in futures]
+            recorder.record(0, lambda i: (real.trace_json, real.args_info_json), built, results)
+
+        one_round()  # warm-up: workers and device actors up
+        busy_before = storage.busy_sec
+        start = time.perf_counter()
+        for _ in range(max(1, candidates // per_round)):
+            one_round()
+        wall = time.perf_counter() - start
+        runner.shutdown()
+        db_sec = storage.busy_sec - busy_before
+        ray.shutdown()
+    done = max(1, candidates // per_round) * per_round
+    storage.dispose()
+    return {
+        "backend": url.split(":", 1)[0],
+        "candidates": done,
+        "per_round": per_round,
+        "devices": devices,
+        "candidates_per_s": done / wall,
+        "database_share": db_sec / wall,
+        "commits_per_s": done / db_sec if db_sec else None,
+    }
+
+
+def head_ceilings(candidates: int, per_round: int, devices: int) -> list[dict[str, Any]]:
+    """The head ceiling on SQLite and, when it answers, PostgreSQL (a private schema)."""
+    import uuid
+
+    from sqlalchemy import create_engine, text
+
+    out = []
+    with tempfile.TemporaryDirectory(prefix="tunefarm-head-") as tmp:
+        out.append(head_ceiling(f"sqlite:///{tmp}/head.db", candidates, per_round, devices))
+    pg = os.environ.get("TUNEFARM_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
+    name = f"tf_head_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(
+        pg.replace("postgresql://", "postgresql+psycopg://", 1), isolation_level="AUTOCOMMIT"
+    )
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    except Exception as err:  # no server: SQLite alone
+        print(f"PostgreSQL not measured: {err.__class__.__name__}")
+        admin.dispose()
+        return out
+    try:
+        url = pg.rsplit("/", 1)[0] + f"/{name}"
+        out.append(head_ceiling(url, candidates, per_round, devices))
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+    return out
+
+
 def _scaling_run(nodes: int, rounds: int, per_round: int, seed: int) -> tuple[float, int, int]:
     """Wall seconds for two tasks to generate ``rounds`` rounds each on ``nodes`` 1-CPU nodes
     (one actor per node), the candidates they proposed, and the nodes the actors ran on."""
@@ -200,9 +332,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, nargs="+", default=[16, 64, 256])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
-        "--parts", nargs="+", choices=["search", "scaling"], default=["search", "scaling"]
+        "--parts",
+        nargs="+",
+        choices=["search", "scaling", "head"],
+        default=["search", "scaling", "head"],
     )
     parser.add_argument("--scaling-rounds", type=int, default=3)
+    parser.add_argument("--head-candidates", type=int, default=1024)
+    parser.add_argument("--head-round", type=int, default=64)
+    parser.add_argument("--devices", type=int, default=8)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     result: dict[str, Any] = {"machine": machine_header()}
@@ -210,8 +348,16 @@ def main(argv: list[str] | None = None) -> int:
         result["search"] = search_throughput(args.rounds, args.repeats)
     if "scaling" in args.parts:
         result["scaling"] = search_scaling(args.scaling_rounds, args.repeats)
+    if "head" in args.parts:
+        result["head"] = head_ceilings(args.head_candidates, args.head_round, args.devices)
     out = args.out or results_path("ceiling")
     out.write_text(json.dumps(result, indent=2))
+    for row in result.get("head", []):
+        print(
+            f"head ceiling ({row['backend']}, {row['devices']} simulated devices, rounds of "
+            f"{row['per_round']}): {row['candidates_per_s']:.0f} candidates/s, database "
+            f"{row['database_share']:.0%} of it"
+        )
     if "scaling" in result:
         sc = result["scaling"]
         verdict = "noisy (spread above 25%)" if sc["noisy"] else f"{sc['speedup']:.2f}x"

@@ -48,11 +48,11 @@ WORKLOADS: dict[str, tuple[str, dict[str, list[int]]]] = {
     "mlp": ("examples/mlp_dynamic.py", {"b": [8, 64]}),
     "transformer": ("examples/transformer_block_dynamic.py", {"s": [16, 64]}),
 }
-# tunefarm: the default job (search in Ray actors); tunefarm-driver: the same job with
-# MetaSchedule's task loop in the driver (--search driver); tunefarm-pop512: with stock's
-# population; stock: MetaSchedule's tune_tasks with its XGBModel
-VARIANTS = ("tunefarm", "tunefarm-driver", "tunefarm-pop512", "stock")
-DEFAULT_VARIANTS = ("tunefarm", "tunefarm-driver", "stock")
+# tunefarm: the default job (--search auto); tunefarm-ray: its search forced into Ray search
+# actors (--search ray); tunefarm-pop512: with stock's population; stock: MetaSchedule's
+# tune_tasks with its XGBModel
+VARIANTS = ("tunefarm", "tunefarm-ray", "tunefarm-pop512", "stock")
+DEFAULT_VARIANTS = ("tunefarm", "tunefarm-ray", "stock")
 LEVELS = (0.9, 0.95)
 NOISY_SPREAD = 0.25  # an interquartile range above this share of the median
 log = logging.getLogger("tunefarm.bench.ttq")
@@ -121,7 +121,7 @@ def run_tunefarm(
     population: int | None,
     tmp: Path,
     variant: str,
-    search: str = "ray",
+    search: str = "auto",
 ) -> RunResult:
     """TuneFarm's job on the embedded default into a fresh SQLite file."""
     from database import Storage, shash_of
@@ -455,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
                             population,
                             tmp,
                             variant,
-                            search="driver" if variant == "tunefarm-driver" else "ray",
+                            search="ray" if variant == "tunefarm-ray" else "auto",
                         )
                     final = run.final_sec
                     console.print(

@@ -42,7 +42,7 @@ from workers.runner import RayRunner
 log = logging.getLogger("tunefarm.job")
 
 
-SEARCH_MODES = ("ray", "driver")
+SEARCH_MODES = ("auto", "ray", "driver")
 
 
 @dataclass(frozen=True)
@@ -69,8 +69,9 @@ class TuneConfig:
     # search_population; MetaSchedule's default is 512 whatever the round asks for)
     population: int | None = None
     # where the evolutionary search runs: "ray" (each task's state in a search actor, rounds
-    # pipelined with builds; tuner.search) or "driver" (MetaSchedule's own task loop here)
-    search: str = "ray"
+    # pipelined with builds; tuner.search), "driver" (MetaSchedule's own task loop here) or
+    # "auto" (see resolve_search)
+    search: str = "auto"
 
     def __post_init__(self) -> None:
         check_name(self.cost_model)
@@ -474,7 +475,7 @@ def _start_actor_search(
     (whose copies the actors hold), or None when the job
     searches in the driver: ``search="driver"``, the opt-in cross-bucket seeds (which the
     actors' databases do not hold), or no budget left."""
-    if config.search != "ray" or config.transfer or budget.left <= 0:
+    if resolve_search(config.search, target) != "ray" or config.transfer or budget.left <= 0:
         return None
     preload_tensor_intrin()
     cost_model, note = create_cost_model(
@@ -503,6 +504,25 @@ def _start_actor_search(
     )
     search.start()
     return search, cost_model
+
+
+def resolve_search(mode: str, target: tvm.target.Target) -> str:
+    """``ray`` or ``driver`` for a job's ``search`` mode on the connected cluster.
+
+    ``auto`` is ``ray`` where search actors add capacity: a cluster with more than one node
+    offering CPUs, or a device that is not the host CPU (the search then keeps running while
+    candidates are measured). On one node measuring on its own CPU (the embedded default),
+    actors would only share the cores the builds and the measurement use, and each costs a
+    process that imports TVM (about 8 s of a core): there it is ``driver``
+    (docs/architecture.md#search-actors has the measurements)."""
+    if mode != "auto":
+        return mode
+    import ray
+
+    cpu_nodes = sum(
+        1 for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) >= 1
+    )
+    return "ray" if cpu_nodes > 1 or device_kind(target) != "cpu" else "driver"
 
 
 def model_spec(config: TuneConfig, cost_model: Any) -> ModelSpec:

@@ -187,7 +187,8 @@ SearchOpt = Annotated[
     typer.Option(
         "--search",
         help="Where the search runs: ray (each task in a search actor, rounds pipelined with "
-        "builds) or driver (MetaSchedule's task loop in this process).",
+        "builds), driver (MetaSchedule's task loop in this process) or auto (ray on a cluster "
+        "of several CPU nodes or for a GPU/ARM device, else driver).",
     ),
 ]
 CostModelOpt = Annotated[

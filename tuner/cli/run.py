@@ -64,7 +64,7 @@ def tune(
     cost_model: CostModelOpt = "tunefarm",
     transfer: TransferOpt = False,
     shape_profile: cli_plan.ShapeProfileOpt = None,
-    search: SearchOpt = "ray",
+    search: SearchOpt = "auto",
 ) -> None:
     """Tune MODEL's kernels on Ray workers and store the best schedules in the database.
 

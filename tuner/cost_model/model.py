@@ -86,6 +86,9 @@ class TunefarmModel(PyCostModel):
         self.ranker: xgb.Booster | None = base
         self.validity: xgb.Booster | None = None
         self.updates = 0
+        # the rows the last update added: what copies of this model elsewhere (other tasks'
+        # search actors) take with add_local, so every copy learns from every task
+        self.last_rows: tuple[np.ndarray, np.ndarray, list[str]] | None = None
         # features of measured candidates by (workload shash, candidate hash), kept until
         # store_features caches them for the records the job wrote
         self._measured: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
@@ -230,7 +233,9 @@ class TunefarmModel(PyCostModel):
             return
         for cand, row, stores in zip(candidates, x, feats.per_store, strict=True):
             self._measured[(key, shash_of(cand.sch.mod))] = (row, stores)
-        self.add_local(x, np.array([result_secs(r) for r in results]), [key] * len(x))
+        secs = np.array([result_secs(r) for r in results])
+        self.add_local(x, secs, [key] * len(x))
+        self.last_rows = (np.asarray(x, dtype=np.float32), secs, [key] * len(x))
         self.updates += 1
         self.refit()
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import ray
 
-from tuner.search.task import Candidate, ModelSpec, TaskSearch, TaskSpec
+from tuner.search.task import Candidate, ModelSpec, Rows, TaskSearch, TaskSpec
 
 
 class SearchActor:
@@ -46,13 +46,29 @@ class SearchActor:
         finally:
             self.busy_sec += time.perf_counter() - start
 
-    def notify(self, task_id: int, results: list[tuple[list[float] | None, str | None]]) -> None:
-        """Results of ``task_id``'s oldest round not yet notified."""
+    def notify(
+        self, task_id: int, results: list[tuple[list[float] | None, str | None]]
+    ) -> Rows | None:
+        """Results of ``task_id``'s oldest round not yet notified. The cost-model rows they
+        gave go to the other tasks here and are returned for the other actors (shared
+        learning: every task's copy trains on every task's measurements)."""
         start = time.perf_counter()
         try:
-            self.tasks[task_id].notify(results)
+            rows = self.tasks[task_id].notify(results)
+            if rows is not None:
+                for other, search in self.tasks.items():
+                    if other != task_id:
+                        search.absorb(rows)
+            return rows
         finally:
             self.busy_sec += time.perf_counter() - start
+
+    def absorb(self, rows: Rows | None) -> None:
+        """Another actor's task's cost-model rows, for every task here."""
+        if rows is None:
+            return
+        for search in self.tasks.values():
+            search.absorb(rows)
 
     def features(self) -> dict[Any, Any]:
         """Measured candidates' features of every task here (for the next warm start)."""

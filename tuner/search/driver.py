@@ -300,7 +300,10 @@ class ActorSearch:
             for r in results
         ]
         slot = self.home[task]
-        self.actors[slot].notify.remote(task, told)  # in order with the actor's next calls
+        rows = self.actors[slot].notify.remote(task, told)  # in order with its next calls
+        for other, actor in enumerate(self.actors):  # every copy of the model learns from it
+            if other != slot:
+                actor.absorb.remote(rows)
 
     # ------------------------------------------------------------------ end
     def finish(self) -> dict[Any, Any]:

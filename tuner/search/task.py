@@ -20,6 +20,8 @@ from tvm.s_tir.meta_schedule.runner import RunnerResult
 
 from database import shash_of
 
+Rows = tuple[Any, Any, list[str]]  # cost-model training rows: features, seconds, workload keys
+
 
 @dataclass(frozen=True)
 class Candidate:
@@ -114,10 +116,11 @@ class TaskSearch:
             out.append(Candidate(shash_of(mod), tvm.ir.save_json(mod), trace, args))
         return out
 
-    def notify(self, results: list[tuple[list[float] | None, str | None]]) -> None:
+    def notify(self, results: list[tuple[list[float] | None, str | None]]) -> Rows | None:
         """Results of the oldest round not yet notified, in its order: (run seconds or None,
         error or None) each. Valid ones become records of the search's database; the search
-        and the cost model hear all of them."""
+        and the cost model hear all of them. Returns the training rows the cost model took
+        (features, seconds, workload keys) for the other tasks' copies (None: a stock model)."""
         if not self._pending:
             raise ValueError("results for no round: every generated round was notified")
         cands = self._pending[0]
@@ -133,6 +136,14 @@ class TaskSearch:
                 )
         self.ctx.notify_runner_results(cands, runner_results)
         self.model.update(self.ctx, cands, runner_results)
+        return getattr(self.model, "last_rows", None)
+
+    def absorb(self, rows: Rows) -> None:
+        """Another task's measured rows into this task's cost model (used at its next
+        refit)."""
+        add = getattr(self.model, "add_local", None)
+        if add is not None:
+            add(*rows)
 
     def measured_features(self) -> dict[Any, Any]:
         """The features the cost model copy kept of measured candidates (TuneFarm's model)."""

@@ -44,7 +44,11 @@ class KillSearchActors:
 def test_a_search_actor_that_dies_is_rebuilt_from_the_database(sqlite_url, llvm_target) -> None:
     model = load_model(TINY)
     config = TuneConfig(
-        trials=12, trials_per_iter=4, seed=2, measure=MeasureConfig(min_repeat_ms=5, repeat=1)
+        trials=12,
+        trials_per_iter=4,
+        seed=2,
+        search="ray",
+        measure=MeasureConfig(min_repeat_ms=5, repeat=1),
     )
     killer = KillSearchActors()
     summary = tune(model.mod, llvm_target, Storage(sqlite_url), config, progress=killer)
@@ -57,11 +61,11 @@ def test_a_search_actor_that_dies_is_rebuilt_from_the_database(sqlite_url, llvm_
     assert task.best_sec is not None and task.best_sec <= task.baseline_sec
 
 
-def test_driver_search_is_still_available_and_modes_are_checked(sqlite_url, llvm_target) -> None:
+def test_auto_search_on_one_cpu_node_is_the_driver_and_modes_are_checked(
+    sqlite_url, llvm_target
+) -> None:
     model = load_model(TINY)
-    config = TuneConfig(
-        trials=4, trials_per_iter=4, seed=1, search="driver", measure=MeasureConfig(repeat=1)
-    )
+    config = TuneConfig(trials=4, trials_per_iter=4, seed=1, measure=MeasureConfig(repeat=1))
     summary = tune(model.mod, llvm_target, Storage(sqlite_url), config)
     assert summary.search == {"mode": "driver"} and summary.tasks[0].trials == 4
     assert (
@@ -70,7 +74,7 @@ def test_driver_search_is_still_available_and_modes_are_checked(sqlite_url, llvm
         )
         == 4
     )
-    with pytest.raises(TuneFarmError, match="unknown search mode 'gpu'; valid: ray, driver"):
+    with pytest.raises(TuneFarmError, match="unknown search mode 'gpu'; valid: auto, ray, driver"):
         TuneConfig(trials=4, search="gpu")
 
 

@@ -100,3 +100,21 @@ def test_the_cost_model_travels_as_plain_data() -> None:
     assert to_bytes(copy.base) == to_bytes(model.base)
     assert copy.n_local == 20
     np.testing.assert_array_equal(np.stack(copy._x), np.stack(model._x))
+
+
+def test_every_tasks_cost_model_copy_learns_from_the_others(llvm_target) -> None:
+    from tuner.search.actor import SearchActor
+    from tuner.search.task import TaskSpec
+
+    actor = SearchActor(
+        __import__("database").TargetKey.of(llvm_target).json, ModelSpec("tunefarm", seed=0), 1
+    )
+    for task_id, n in ((0, 32), (1, 48)):
+        actor.add(
+            TaskSpec(task_id, f"mm{n}", tvm.ir.save_json(matmul_mod(n, n, n)), [], 64, 4, 32, 1)
+        )
+    round_ = actor.generate(0)
+    rows = actor.notify(0, [([1e-3 * (i + 1)], None) for i in range(len(round_))])
+    assert rows is not None and len(rows[1]) == len(round_)
+    assert actor.tasks[1].model.n_local == len(round_)  # the sibling task's copy took them
+    assert actor.tasks[0].model.n_local == len(round_)  # once, not twice

@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -183,17 +184,25 @@ def head_ceiling(url: str, candidates: int, per_round: int, devices: int) -> dic
         runner = RayRunner(ledger, config, slots=slots)
         recorder = JobRecorder(db, ledger, tasks, target, job_id, states, SilentProgress(), 0)
         counter = iter(range(10**9))
+        phases = {"build": 0.0, "run": 0.0, "record": 0.0}
 
         def one_round() -> None:
             cands = [
                 (f"{real.candidate_hash}-{next(counter)}", real.mod_json) for _ in range(per_round)
             ]
+            t0 = time.perf_counter()
             built = builder.build_json(cands, target)
+            t1 = time.perf_counter()
             futures = runner.run_json([(b.artifact_path, real.args_info_json) for b in built])
             results = [f.result() for f in futures]
+            t2 = time.perf_counter()
             recorder.record(0, lambda i: (real.trace_json, real.args_info_json), built, results)
+            phases["build"] += t1 - t0
+            phases["run"] += t2 - t1
+            phases["record"] += time.perf_counter() - t2
 
         one_round()  # warm-up: workers and device actors up
+        phases.update(dict.fromkeys(phases, 0.0))
         busy_before = storage.busy_sec
         start = time.perf_counter()
         for _ in range(max(1, candidates // per_round)):
@@ -212,37 +221,62 @@ def head_ceiling(url: str, candidates: int, per_round: int, devices: int) -> dic
         "candidates_per_s": done / wall,
         "database_share": db_sec / wall,
         "commits_per_s": done / db_sec if db_sec else None,
+        # the head's time per candidate in each phase (ms): builds submitted and awaited,
+        # measurements dispatched and awaited, records written
+        "ms_per_candidate": {k: 1e3 * v / done for k, v in phases.items()},
     }
 
 
-def head_ceilings(candidates: int, per_round: int, devices: int) -> list[dict[str, Any]]:
-    """The head ceiling on SQLite and, when it answers, PostgreSQL (a private schema)."""
+def head_ceilings(
+    candidates: int, per_round: int, devices: int, repeats: int
+) -> list[dict[str, Any]]:
+    """The head ceiling on SQLite and, when it answers, PostgreSQL (a fresh database each
+    run): per backend, every run and the median of candidates/s with its spread."""
     import uuid
 
     from sqlalchemy import create_engine, text
 
-    out = []
-    with tempfile.TemporaryDirectory(prefix="tunefarm-head-") as tmp:
-        out.append(head_ceiling(f"sqlite:///{tmp}/head.db", candidates, per_round, devices))
+    def summary(backend: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
+        rate = stat([r["candidates_per_s"] for r in runs])
+        return {
+            "backend": backend,
+            "candidates": runs[0]["candidates"],
+            "per_round": per_round,
+            "devices": devices,
+            "candidates_per_s": rate["median"],
+            "spread": rate["spread"],
+            "database_share": statistics.median(r["database_share"] for r in runs),
+            "runs": runs,
+        }
+
+    runs: list[dict[str, Any]] = []
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory(prefix="tunefarm-head-") as tmp:
+            runs.append(head_ceiling(f"sqlite:///{tmp}/head.db", candidates, per_round, devices))
+    out = [summary("sqlite", runs)]
     pg = os.environ.get("TUNEFARM_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
-    name = f"tf_head_{uuid.uuid4().hex[:8]}"
     admin = create_engine(
         pg.replace("postgresql://", "postgresql+psycopg://", 1), isolation_level="AUTOCOMMIT"
     )
+    runs = []
     try:
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
-    except Exception as err:  # no server: SQLite alone
-        print(f"PostgreSQL not measured: {err.__class__.__name__}")
-        admin.dispose()
-        return out
-    try:
-        url = pg.rsplit("/", 1)[0] + f"/{name}"
-        out.append(head_ceiling(url, candidates, per_round, devices))
+        for _ in range(repeats):
+            name = f"tf_head_{uuid.uuid4().hex[:8]}"
+            try:
+                with admin.connect() as conn:
+                    conn.execute(text(f'CREATE DATABASE "{name}"'))
+            except Exception as err:  # no server: SQLite alone
+                print(f"PostgreSQL not measured: {err.__class__.__name__}")
+                return out
+            try:
+                url = pg.rsplit("/", 1)[0] + f"/{name}"
+                runs.append(head_ceiling(url, candidates, per_round, devices))
+            finally:
+                with admin.connect() as conn:
+                    conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+    out.append(summary("postgresql", runs))
     return out
 
 
@@ -349,14 +383,16 @@ def main(argv: list[str] | None = None) -> int:
     if "scaling" in args.parts:
         result["scaling"] = search_scaling(args.scaling_rounds, args.repeats)
     if "head" in args.parts:
-        result["head"] = head_ceilings(args.head_candidates, args.head_round, args.devices)
+        result["head"] = head_ceilings(
+            args.head_candidates, args.head_round, args.devices, args.repeats
+        )
     out = args.out or results_path("ceiling")
     out.write_text(json.dumps(result, indent=2))
     for row in result.get("head", []):
         print(
             f"head ceiling ({row['backend']}, {row['devices']} simulated devices, rounds of "
-            f"{row['per_round']}): {row['candidates_per_s']:.0f} candidates/s, database "
-            f"{row['database_share']:.0%} of it"
+            f"{row['per_round']}): {row['candidates_per_s']:.0f} candidates/s "
+            f"(spread {row['spread']:.0%}), database {row['database_share']:.0%} of it"
         )
     if "scaling" in result:
         sc = result["scaling"]

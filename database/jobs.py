@@ -24,13 +24,14 @@ def start_job(storage: Storage, **fields: Any) -> int:
     return storage.run(lambda session: insert_job(session, fields))
 
 
+def set_job_fields(session: Session, job_id: int, fields: dict[str, Any]) -> None:
+    """Update fields of a job row inside ``session``'s transaction (nothing if it is gone)."""
+    row = session.get(JobRow, job_id)
+    if row is not None:
+        for key, value in fields.items():
+            setattr(row, key, value)
+
+
 def update_job(storage: Storage, job_id: int, **fields: Any) -> None:
-    """Update fields of a job row (nothing if it is gone)."""
-
-    def update(session: Session) -> None:
-        row = session.get(JobRow, job_id)
-        if row is not None:
-            for key, value in fields.items():
-                setattr(row, key, value)
-
-    storage.run(update)
+    """Update fields of a job row in a transaction of its own (nothing if it is gone)."""
+    storage.run(lambda session: set_job_fields(session, job_id, fields))

@@ -22,6 +22,7 @@ from tvm.ir import IRModule
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord, Workload
 
+from database.jobs import set_job_fields
 from database.models import EMPTY_TRACE, RecordRow, WorkloadRow
 from database.records import (
     BEST_QUERIES,
@@ -31,6 +32,7 @@ from database.records import (
     Measurement,
     device_key,
     insert_record,
+    insert_records,
     record_values,
     shash_of,
     workload_row_id,
@@ -136,6 +138,34 @@ class TuneFarmDatabase(PyDatabase):
         assert wid is not None
         stmt = insert_record(self.storage.dialect, record_values(m, wid))
         return self.storage.run(lambda s: s.execute(stmt).scalar()) is not None
+
+    def add_round(
+        self, ms: list[Measurement], job: tuple[int, dict[str, Any]] | None = None
+    ) -> int:
+        """Store a measured round in ONE transaction, with ``job``'s (id, fields) progress
+        update when given; returns how many measurements were new.
+
+        One commit a round instead of one a record: PostgreSQL sustains a few hundred
+        single commits a second, which would cap the farm's throughput (docs/scaling.md).
+        """
+        wids = [self.workload_id(m.workload.mod, create=True) for m in ms]
+        dialect = self.storage.dialect
+
+        groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        for m, wid in zip(ms, wids, strict=True):
+            values = record_values(m, wid)
+            groups.setdefault(tuple(values), []).append(values)  # executemany: same columns
+
+        def write(session: Session) -> int:
+            added = sum(
+                len(session.execute(insert_records(dialect), rows).all())
+                for rows in groups.values()
+            )
+            if job is not None:
+                set_job_fields(session, job[0], job[1])
+            return added
+
+        return self.storage.run(write)
 
     def _to_record(self, row: RecordRow, workload: Workload) -> TuningRecord:
         return TuningRecord.from_json(
@@ -321,15 +351,20 @@ class TuneFarmDatabase(PyDatabase):
         return [(json.loads(b), tvm.ir.load_json(m)) for b, m in rows]
 
     # ---------------------------------------------------------------- measured set
-    def measured(self, candidate_hash: str, target: tvm.target.Target) -> RecordRow | None:
-        """The stored measurement of a candidate on this exact target, if any."""
+    def measured(self, hashes: list[str], target: tvm.target.Target) -> dict[str, RecordRow]:
+        """The stored measurements of candidates on this exact target, by candidate hash (one
+        query for a round; hashes never measured are absent)."""
+        if not hashes:
+            return {}
         tkey = TargetKey.of(target)
-        query = (
-            select(RecordRow)
-            .where(RecordRow.candidate_hash == candidate_hash, RecordRow.target_key == tkey.key)
-            .limit(1)
+        query = select(RecordRow).where(
+            RecordRow.candidate_hash.in_(sorted(set(hashes))), RecordRow.target_key == tkey.key
         )
-        return self.storage.run(lambda s: s.scalars(query).first(), write=False)
+        rows = self.storage.run(lambda s: list(s.scalars(query)), write=False)
+        out: dict[str, RecordRow] = {}
+        for row in rows:
+            out.setdefault(row.candidate_hash, row)
+        return out
 
     def count_records(self, mod: IRModule, target: tvm.target.Target) -> int:
         """How many candidates of ``mod`` were measured (valid or failed) on ``target``."""

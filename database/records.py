@@ -268,13 +268,18 @@ def _flops(mod: IRModule) -> float | None:
         return None
 
 
-def insert_record(dialect: str, values: dict[str, Any]) -> Any:
-    """An insert of one record row that does nothing when the candidate is already stored
-    (same workload, target and candidate hash) and returns the new row's id otherwise."""
+def insert_records(dialect: str) -> Any:
+    """An insert of record rows (values given at execution, one dict per row; executed with
+    many, one statement per batch) that skips a candidate already stored (same workload,
+    target and candidate hash) and returns the new rows' ids."""
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     return (
         insert(RecordRow)
-        .values(**values)
         .on_conflict_do_nothing(index_elements=["workload_id", "target_key", "candidate_hash"])
         .returning(RecordRow.id)
     )
+
+
+def insert_record(dialect: str, values: dict[str, Any]) -> Any:
+    """:func:`insert_records` of one row: its id, or None when it was already stored."""
+    return insert_records(dialect).values(**values)

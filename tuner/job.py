@@ -132,6 +132,10 @@ class JobSummary:
     # how the search ran: mode, and for "ray" its actors, nodes, rounds, restarts, and the
     # search work done off the driver (actor_busy_sec)
     search: dict[str, Any] = field(default_factory=dict)
+    # how busy the devices were while the job had budget left (from Ray being up to the
+    # budget spent): busy_sec (the device actors' time on candidates), window_sec, slots and
+    # busy = busy_sec / (window_sec * slots)
+    devices: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -200,6 +204,7 @@ class JobRecorder(PyMeasureCallback):
         workload = self.db.commit_workload(self.tasks[task_id].mod)
         state = self.states[task_id]
         measured_before = self.measured
+        batch: list[Measurement] = []
         for i, (b_res, r_res) in enumerate(zip(builder_results, runner_results, strict=True)):
             entry = self.ledger.pop(b_res.artifact_path)
             if entry is not None and entry.dropped:
@@ -218,7 +223,7 @@ class JobRecorder(PyMeasureCallback):
             kind = ErrorKind.parse(b_res.error_msg or r_res.error_msg)
             trace, args_info = as_json(i)
             run, build = entry.run, entry.build
-            self.db.add(
+            batch.append(
                 Measurement(
                     workload=workload,
                     candidate_hash=entry.candidate_hash,
@@ -234,10 +239,10 @@ class JobRecorder(PyMeasureCallback):
                     build_sec=build.build_sec if build else None,
                 )
             )
-        # a resumed hit is one of the records counted in trials_before
-        added = self.measured - measured_before
-        update_job(self.db.storage, self.job_id, trials_done=self.trials_before + self.measured)
-        self.view.advance(added)
+        # a resumed hit is one of the records counted in trials_before; the round's records
+        # and the job's progress land in one commit
+        self.db.add_round(batch, (self.job_id, {"trials_done": self.trials_before + self.measured}))
+        self.view.advance(self.measured - measured_before)
 
 
 def _quiet_logger(name: str) -> logging.Logger:
@@ -381,6 +386,7 @@ def tune(
         with RayConnection(address) as _ray:
             # startup: extraction and Ray, less its database transactions (counted there)
             startup_sec = time.perf_counter() - start - (storage.busy_sec - db_busy_at_start)
+            window_start = time.perf_counter()
             # a hard cap: records already there and the default schedules recorded below
             # count against --trials, and no search round builds past it
             budget = TrialBudget(config.trials - trials_before)
@@ -411,11 +417,13 @@ def tune(
                             _search(tasks, target, db, builder, runner, recorder, config, budget)
                     finally:
                         view.stop()
+                window = time.perf_counter() - window_start
             finally:
                 if search is not None:
                     search.shutdown()
                 runner.shutdown()
             waits = {"build_wait": builder.wait_sec, "run_wait": runner.wait_sec}
+            devices = device_busy(runner.device_sec, window, len(runner.slot_specs or []))
     except BaseException as err:
         update_job(db.storage, job_id, status="failed", finished_at=utcnow(), error=str(err)[:2000])
         raise
@@ -458,6 +466,7 @@ def tune(
         db_sec=db_sec,
         phases=phases,
         search=search_info,
+        devices=devices,
     )
 
 
@@ -504,6 +513,12 @@ def _start_actor_search(
     )
     search.start()
     return search, cost_model
+
+
+def device_busy(busy_sec: float, window_sec: float, slots: int) -> dict[str, Any]:
+    """The job summary's ``devices`` entry: the share of the devices' time spent measuring."""
+    busy = busy_sec / (window_sec * slots) if window_sec > 0 and slots else None
+    return {"busy_sec": busy_sec, "window_sec": window_sec, "slots": slots, "busy": busy}
 
 
 def resolve_search(mode: str, target: tvm.target.Target) -> str:

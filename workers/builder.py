@@ -132,9 +132,15 @@ class RayBuilder(PyBuilder):
         args_of: dict[str, tuple[str, str]] = {}
         nodes = _build_nodes() if self.quarantined else None
         target_json = TargetKey.of(target).json
+        # NB: ``is not None``: a PyDatabase's truth value is its len(), a COUNT(*) of all records
+        stored = (
+            self.database.measured([h for h, _ in candidates], target)
+            if self.database is not None
+            else {}
+        )
         for candidate_hash, mod_json in candidates:
             entry = Entry(candidate_hash=candidate_hash)
-            row = self.database.measured(candidate_hash, target) if self.database else None
+            row = stored.get(candidate_hash)
             if row is not None:
                 entry.cached = True
                 entry.build = BuildResult()

@@ -81,6 +81,9 @@ class RunResult:
     error_msg: str | None = None
     device: str | None = None
     worker: str | None = None
+    # seconds the device's actor spent on it (load, warm-up, timed runs, checks): the
+    # device's busy time, whatever ``run_secs`` reports of the kernel alone
+    device_sec: float | None = None
 
     @property
     def ok(self) -> bool:

@@ -43,6 +43,7 @@ class RayRunnerFuture(PyRunnerFuture):
             start = time.perf_counter()
             entry.run = self.future.result()
             self.runner.wait_sec += time.perf_counter() - start
+            self.runner.device_sec += entry.run.device_sec or 0.0
         entry.artifact = None  # release the object-store copy
         entry.rebuild = None
         run = entry.run
@@ -76,6 +77,7 @@ class RayRunner(PyRunner):
         self.policy = policy
         self._pool: RunnerPool | None = None
         self.wait_sec = 0.0  # driver time blocked on measurements, for the overhead split
+        self.device_sec = 0.0  # the devices' busy time on the candidates measured
 
     def has_devices(self) -> bool:
         """Whether the cluster has a device of this kind that can measure (asks once)."""

@@ -4,8 +4,10 @@ marker of a quarantined slot, and discovery of the cluster's devices of a kind."
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,7 +45,11 @@ class DeviceRunner:
 
     def measure(self, artifact: bytes, args_info: list[Any]) -> RunResult:
         self.calls += 1
-        return self.measure_fn(artifact, args_info, self.device_kind, self.config)
+        start = time.perf_counter()
+        result = self.measure_fn(artifact, args_info, self.device_kind, self.config)
+        if isinstance(result, RunResult):  # a fault-injecting measure_fn may answer garbage
+            result = dataclasses.replace(result, device_sec=time.perf_counter() - start)
+        return result
 
     def measure_batch(self, args_infos: list[list[Any]], *artifacts: bytes) -> list[RunResult]:
         """Several candidates in one call, measured one after the other (artifacts are

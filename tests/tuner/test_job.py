@@ -33,6 +33,9 @@ def test_tune_records_every_trial(tuned_db) -> None:
     assert set(phases) == {"startup", "build_wait", "run_wait", "database", "search"}
     assert phases["build_wait"] > 0 and phases["run_wait"] > 0 and phases["startup"] > 0
     assert sum(phases.values()) == pytest.approx(summary.wall_sec, rel=1e-6)
+    devices = summary.devices  # the device measured part of the time it had budget left
+    assert devices["slots"] >= 1 and 0 < devices["busy_sec"] < devices["window_sec"]
+    assert 0 < devices["busy"] < 1
     from database.queries import stats
 
     counts = stats(Storage(tuned_db.url, create=False))

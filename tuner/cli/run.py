@@ -166,6 +166,12 @@ def print_tune_summary(summary: JobSummary) -> None:
             f"driver, driver waited {search['wait_sec']:.1f} s"
             + (f", {search['restarts']} actor restart(s)" if search["restarts"] else "")
         )
+    devices = summary.devices
+    if devices.get("busy") is not None:
+        console.print(
+            f"devices busy measuring {devices['busy']:.0%} of the {devices['window_sec']:.1f} s "
+            f"with budget left ({devices['slots']} device slot(s))"
+        )
 
 
 def build(

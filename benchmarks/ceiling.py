@@ -22,8 +22,16 @@ server). Candidates per second over ``--head-candidates`` candidates, after a wa
 The simulated device exists only here (``instant_build``/``instant_measure``): ``tune`` can
 never select it.
 
+``footprint``: what one candidate moves and what one task holds, for ``docs/scaling.md``: a real
+round of the matmul (rounds of 16), each candidate's scheduled module as the builder's Ray task
+receives it (TVM JSON), its built artifact (the ``.so`` bytes the runner receives through the
+object store, built here by ``workers.build.build_artifact``), and its database row (trace,
+arguments, target, run times); and the resident memory a search task adds to its process
+(a ``TuneContext`` with its evolutionary search after ``pre_tuning``, population 512, measured
+as the growth of this process's RSS over ``--footprint-tasks`` tasks).
+
 Usage: ``python -m benchmarks ceiling [--rounds 16 64 256] [--repeats 3]
-[--parts search scaling head] [--head-candidates 1024] [--head-round 64] [--devices 8]
+[--parts search scaling head footprint] [--head-candidates 1024] [--head-round 64] [--devices 8]
 [--out PATH]``.
 Results: ``benchmarks/results/<date>-<hostname>-ceiling.json``.
 """
@@ -32,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import tempfile
@@ -124,6 +133,208 @@ def search_throughput(rounds: list[int], repeats: int) -> list[dict[str, Any]]:
         }
         for r in rounds
     ]
+
+
+def _rss_mb() -> float:
+    import psutil
+
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def footprint(tasks: int = 8, per_round: int = 16) -> dict[str, Any]:
+    """Bytes one candidate moves (module JSON, artifact, database row) and MB one search task
+    holds (see the module docstring)."""
+    import gc
+    import json as _json
+
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+
+    from database import Storage, TargetKey
+    from tuner.cost_model import create_cost_model
+    from tuner.targets import resolve_target
+    from workers.build import build_artifact
+
+    mod, target = _task(), resolve_target("llvm")
+    target_json = TargetKey.of(target).json  # as the builder sends it
+    with tempfile.TemporaryDirectory(prefix="tunefarm-ceiling-") as tmp:
+        storage = Storage(f"sqlite:///{tmp}/empty.db")
+        model, _ = create_cost_model(
+            "tunefarm", storage=storage, target=target, mods=[mod], seed=0, warm=False
+        )
+        contexts = []
+        gc.collect()
+        rss_before = _rss_mb()
+        for seed in range(tasks):
+            ctx = ms.TuneContext(
+                mod=mod,
+                target=target,
+                space_generator="post-order-apply",
+                search_strategy=ms.search_strategy.EvolutionarySearch(population_size=512),
+                task_name=f"footprint{seed}",
+                rand_state=seed,
+                num_threads=1,
+            ).clone()
+            ctx.pre_tuning(
+                max_trials=per_round,
+                num_trials_per_iter=per_round,
+                design_spaces=ctx.generate_design_space(),
+                database=ms.database.MemoryDatabase(),
+                cost_model=model,
+            )
+            contexts.append(ctx)
+        found = contexts[0].generate_measure_candidates() or []
+        gc.collect()
+        per_task_mb = (_rss_mb() - rss_before) / tasks
+        mods, artifacts, rows, builds = [], [], [], []
+        for cand in found[:4]:
+            mod_json = tvm.ir.save_json(cand.sch.mod)
+            result, data = build_artifact(mod_json, target_json)
+            if not result.ok or data is None:
+                continue
+            mods.append(len(mod_json.encode()))
+            artifacts.append(len(data))
+            builds.append(result.build_sec or 0.0)
+            record = TuningRecord(
+                cand.sch.trace, Workload(mod), [1e-3], target, list(cand.args_info)
+            )
+            trace, secs, _target, args = record.as_json()  # the row's JSON columns
+            rows.append(sum(len(_json.dumps(x)) for x in (trace, secs, args)) + len(target_json))
+        for ctx in contexts:
+            ctx.post_tuning()
+        storage.dispose()
+    if not mods:
+        raise RuntimeError("no candidate of the footprint round built")
+    return {
+        "candidates": len(mods),
+        "module_json_bytes": stat([float(x) for x in mods]),
+        "artifact_bytes": stat([float(x) for x in artifacts]),
+        "record_row_bytes": stat([float(x) for x in rows]),
+        "build_sec": stat(builds),
+        "search_task_mb": per_task_mb,
+        "tasks": tasks,
+    }
+
+
+# ----------------------------------------------------------------------- the farm model
+FARM_SIZES = (10, 100, 1_000, 10_000)
+PG_SINGLE_COMMITS_PER_S = 260  # the low end of PostgreSQL's measured single commits/s here
+ROUND_SEC = 6.0  # a round's life: its search, its builds and its measurements, end to end
+
+
+def farm_model(
+    result: dict[str, Any], measure_sec: float = 1.0, per_round: int = 64
+) -> list[dict[str, Any]]:
+    """Throughput and bottleneck of farms of :data:`FARM_SIZES` devices from one ceiling run.
+
+    Each device measures a candidate in ``measure_sec``; a farm of N devices kept busy asks for
+    N / ``measure_sec`` candidates a second. What that costs, from the run's own figures: build
+    cores (the footprint's build seconds), search cores (candidates per core-second at rounds
+    of ``per_round``), head (driver) capacity (the slower backend's head ceiling), bytes through
+    the head (a candidate's module out to its builder, its artifact back and on to its runner:
+    every object under Ray's 100 KiB inline limit passes through its owner, the driver), database
+    rows, bytes and transactions (one per round), search-task memory, and the tasks a job must
+    have in flight (rounds of ``per_round`` living :data:`ROUND_SEC` each). The bottleneck is
+    the first resource one head cannot give; the farm's throughput is what is left of it.
+    """
+    fp = result["footprint"]
+    rate = {r["round"]: r["candidates_per_core_s"] for r in result["search"]}
+    search_rate = rate.get(per_round) or rate[min(rate, key=lambda r: abs(r - per_round))]
+    head = min(h["candidates_per_s"] for h in result["head"])
+    build_sec = fp["build_sec"]["median"]
+    through_head = fp["module_json_bytes"]["median"] + 2 * fp["artifact_bytes"]["median"]
+    rows: list[dict[str, Any]] = []
+    for n in FARM_SIZES:
+        demand = n / measure_sec
+        heads = math.ceil(demand / head)
+        row = {
+            "devices": n,
+            "demand_per_s": demand,
+            "build_cores": demand * build_sec,
+            "search_cores": demand / search_rate,
+            "head_load": demand / head,
+            "heads": heads,
+            "head_mb_per_s": demand * through_head / 2**20,
+            "db_rows_per_s": demand,
+            "db_mb_per_s": demand * fp["record_row_bytes"]["median"] / 2**20,
+            "db_commits_per_s": demand / per_round,
+            "search_memory_gb": demand / search_rate * fp["search_task_mb"] / 1024,
+            "tasks_in_flight": math.ceil(demand * ROUND_SEC / per_round),
+        }
+        row["throughput_per_s"] = min(demand, head)
+        row["bottleneck"] = (
+            "the head (driver): shard jobs over several heads"
+            if heads > 1
+            else "builders and search cores (the head idles)"
+        )
+        rows.append(row)
+    return rows
+
+
+def scaling_table(rows: list[dict[str, Any]]) -> str:
+    """The farm model as a markdown table."""
+    lines = [
+        "| devices | candidates/s asked | one head gives | head load | build cores | "
+        "search cores | head traffic | DB rows/s (MB/s) | DB commits/s | search memory | "
+        "tasks in flight | bottleneck |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['devices']:,} | {r['demand_per_s']:,.0f} | {r['throughput_per_s']:,.0f} | "
+            f"{r['head_load']:.0%} | {r['build_cores']:,.0f} | {r['search_cores']:,.1f} | "
+            f"{r['head_mb_per_s']:,.1f} MB/s | {r['db_rows_per_s']:,.0f} "
+            f"({r['db_mb_per_s']:.1f}) | {r['db_commits_per_s']:,.1f} | "
+            f"{r['search_memory_gb']:.2f} GB | {r['tasks_in_flight']:,} | {r['bottleneck']} |"
+        )
+    return "\n".join(lines)
+
+
+def write_scaling_report(result: dict[str, Any], results_file: Path, report: Path) -> None:
+    """Replace the generated part of ``report`` (between its markers) with this run's
+    measured figures and the farm model."""
+    begin, end = "<!-- scaling:generated -->", "<!-- /scaling:generated -->"
+    text = report.read_text()
+    if begin not in text or end not in text:
+        raise SystemExit(f"{report} has no {begin} ... {end} section")
+    m = result["machine"]
+    fp = result["footprint"]
+    search = ", ".join(
+        f"{r['candidates_per_core_s']:.1f} at rounds of {r['round']}" for r in result["search"]
+    )
+    heads = "; ".join(
+        f"{h['backend']} {h['candidates_per_s']:.0f} candidates/s (spread {h['spread']:.0%}, "
+        f"database {h['database_share']:.0%} of the head's time)"
+        for h in result["head"]
+    )
+    sc = result["scaling"]
+    scaling = "noisy" if sc["noisy"] else f"{sc['speedup']:.2f}x"
+    rel = os.path.relpath(results_file, report.parent)
+    body = "\n".join(
+        [
+            begin,
+            f"Measured by `python -m benchmarks ceiling --report docs/scaling.md` on "
+            f"{m.get('cpu')}, {m.get('hostname')} ({rel}); one run, medians of "
+            f"{result['search'][0]['wall_s']['n']} repeats:",
+            "",
+            f"- search: {search} candidates per core-second;",
+            f"- search scaling, two 1-CPU nodes against one: {scaling};",
+            f"- head ceiling (simulated instant builds and runs): {heads};",
+            f"- one candidate: module {fp['module_json_bytes']['median'] / 1024:.1f} KiB, "
+            f"artifact {fp['artifact_bytes']['median'] / 1024:.1f} KiB, database row "
+            f"{fp['record_row_bytes']['median'] / 1024:.1f} KiB, build "
+            f"{fp['build_sec']['median']:.2f} s of a core; one search task "
+            f"{fp['search_task_mb']:.1f} MB.",
+            "",
+            "The model at one second per measurement and rounds of 64:",
+            "",
+            scaling_table(farm_model(result)),
+            end,
+        ]
+    )
+    head_part, rest = text.split(begin, 1)
+    report.write_text(head_part + body + rest.split(end, 1)[1])
 
 
 def instant_build(mod_json: str, target_json: str) -> tuple[Any, bytes]:
@@ -368,8 +579,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--parts",
         nargs="+",
-        choices=["search", "scaling", "head"],
-        default=["search", "scaling", "head"],
+        choices=["search", "scaling", "head", "footprint"],
+        default=["search", "scaling", "head", "footprint"],
+    )
+    parser.add_argument("--footprint-tasks", type=int, default=8)
+    parser.add_argument(
+        "--report", type=Path, default=None, help="write the farm model into this Markdown file"
     )
     parser.add_argument("--scaling-rounds", type=int, default=3)
     parser.add_argument("--head-candidates", type=int, default=1024)
@@ -377,6 +592,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--devices", type=int, default=8)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
+    missing = {"search", "scaling", "head", "footprint"} - set(args.parts)
+    if args.report is not None and missing:
+        parser.error(f"--report needs every part; missing: {', '.join(sorted(missing))}")
     result: dict[str, Any] = {"machine": machine_header()}
     if "search" in args.parts:
         result["search"] = search_throughput(args.rounds, args.repeats)
@@ -386,6 +604,8 @@ def main(argv: list[str] | None = None) -> int:
         result["head"] = head_ceilings(
             args.head_candidates, args.head_round, args.devices, args.repeats
         )
+    if "footprint" in args.parts:
+        result["footprint"] = footprint(args.footprint_tasks)
     out = args.out or results_path("ceiling")
     out.write_text(json.dumps(result, indent=2))
     for row in result.get("head", []):
@@ -408,6 +628,18 @@ def main(argv: list[str] | None = None) -> int:
             f"round {row['round']:>4} (population {row['population']}): "
             f"{row['candidates_per_core_s']:.1f} candidates/core-s{noisy}"
         )
+    if "footprint" in result:
+        fp = result["footprint"]
+        print(
+            f"per candidate: module {fp['module_json_bytes']['median'] / 1024:.1f} KiB, "
+            f"artifact {fp['artifact_bytes']['median'] / 1024:.1f} KiB, database row "
+            f"{fp['record_row_bytes']['median'] / 1024:.1f} KiB; per search task "
+            f"{fp['search_task_mb']:.1f} MB"
+        )
+    if args.report is not None:
+        write_scaling_report(result, out, args.report)
+        print(scaling_table(farm_model(result)))
+        print(f"report: {args.report}")
     print(f"results: {out}")
     return 0
 

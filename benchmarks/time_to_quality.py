@@ -8,9 +8,20 @@ settings, from nothing:
   evolutionary search's population sized from the round (``tuner.job.search_population``);
 - ``tunefarm-pop512``: the same with MetaSchedule's fixed population of 512 (TuneFarm before
   the population was sized);
+- ``tunefarm-warm``: the same job into a copy of a team's history database (see below): its
+  cost model starts from the history (a base model trained on it, then snapshot) and the
+  records of the same kernels at other buckets weigh in;
+- ``tunefarm-warm-transfer``: the warm job with ``--transfer``, each bucket's search also
+  seeded with the other buckets' best schedules refitted to its shape;
 - ``stock``: stock MetaSchedule, ``ms.tune.tune_tasks`` over the same tasks (gradient
   scheduler, LocalBuilder/LocalRunner, XGB cost model, population 512, an in-memory
   database), the untuned module's tasks as ``tune_relax`` would extract them per bucket.
+
+The history of a workload (:data:`HISTORIES`) holds other shapes and other kernels, never the
+measured buckets themselves: the same model tuned at other buckets and another model, each by a
+cold TuneFarm job of ``--trials-per-task`` per task, built once per workload before the seeds
+and outside every variant's wall time (a teammate's earlier work). Each warm run tunes into its
+own copy of it.
 
 The model's latency at a moment is the sum over tasks of calls x the task's best measured time
 so far, defined once every task has a measurement (TuneFarm measures every task's default
@@ -23,7 +34,7 @@ median curve with its interquartile band per variant. A ratio whose runs spread 
 25% is marked noisy. Usage::
 
     python -m benchmarks time-to-quality [--workloads mlp qkv transformer] [--seeds 5]
-        [--trials-per-task 64] [--variants tunefarm stock]
+        [--trials-per-task 64] [--variants tunefarm tunefarm-warm stock]
 
 The short form in ``make bench`` is ``--workloads mlp --seeds 3 --trials-per-task 8``.
 """
@@ -33,6 +44,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -48,11 +60,33 @@ WORKLOADS: dict[str, tuple[str, dict[str, list[int]]]] = {
     "mlp": ("examples/mlp_dynamic.py", {"b": [8, 64]}),
     "transformer": ("examples/transformer_block_dynamic.py", {"s": [16, 64]}),
 }
+# The history a warm run starts from, per workload: (model, buckets) tuned by cold jobs.
+# Other shapes of the same kernels and another model; never the workload's own buckets.
+HISTORIES: dict[str, list[tuple[str, dict[str, list[int]]]]] = {
+    "qkv": [
+        ("examples/qkv_dynamic.py", {"M": [32, 512]}),
+        ("examples/mlp_dynamic.py", {"b": [16]}),
+    ],
+    "mlp": [
+        ("examples/mlp_dynamic.py", {"b": [16, 128]}),
+        ("examples/qkv_dynamic.py", {"M": [32]}),
+    ],
+    "transformer": [("examples/transformer_block_dynamic.py", {"s": [32, 128]})],
+}
 # tunefarm: the default job (--search auto); tunefarm-ray: its search forced into Ray search
-# actors (--search ray); tunefarm-pop512: with stock's population; stock: MetaSchedule's
-# tune_tasks with its XGBModel
-VARIANTS = ("tunefarm", "tunefarm-ray", "tunefarm-pop512", "stock")
-DEFAULT_VARIANTS = ("tunefarm", "tunefarm-ray", "stock")
+# actors (--search ray); tunefarm-pop512: with stock's population; tunefarm-warm(-transfer):
+# the default job (with --transfer) into a copy of the workload's history; stock:
+# MetaSchedule's tune_tasks with its XGBModel
+VARIANTS = (
+    "tunefarm",
+    "tunefarm-warm",
+    "tunefarm-warm-transfer",
+    "tunefarm-ray",
+    "tunefarm-pop512",
+    "stock",
+)
+DEFAULT_VARIANTS = ("tunefarm", "tunefarm-warm", "stock")
+WARM_VARIANTS = ("tunefarm-warm", "tunefarm-warm-transfer")
 LEVELS = (0.9, 0.95)
 NOISY_SPREAD = 0.25  # an interquartile range above this share of the median
 log = logging.getLogger("tunefarm.bench.ttq")
@@ -69,6 +103,8 @@ class RunResult:
     trials: int
     curve: list[tuple[float, float]]  # (seconds since the start, model latency in seconds)
     phases: dict[str, float] | None = None
+    # share of the devices' time spent measuring while the job had budget left (TuneFarm)
+    device_busy: float | None = None
 
     @property
     def final_sec(self) -> float | None:
@@ -122,8 +158,11 @@ def run_tunefarm(
     tmp: Path,
     variant: str,
     search: str = "auto",
+    history: Path | None = None,
+    transfer: bool = False,
 ) -> RunResult:
-    """TuneFarm's job on the embedded default into a fresh SQLite file."""
+    """TuneFarm's job on the embedded default into a fresh SQLite file, or into a copy of
+    ``history``; only the job's own records count in the curve."""
     from database import Storage, shash_of
     from database.queries import record_timeline
     from tuner.job import TuneConfig, tune
@@ -132,9 +171,17 @@ def run_tunefarm(
     weights = {
         shash_of(bt.task.mod): bt.task.weight for bt in _bucket_tasks(model_path, target, buckets)
     }
-    url = f"sqlite:///{tmp / f'{workload}-{variant}-{seed}.db'}"
+    path = tmp / f"{workload}-{variant}-{seed}.db"
+    if history is not None:
+        shutil.copyfile(history, path)
+    url = f"sqlite:///{path}"
     config = TuneConfig(
-        trials=trials, seed=seed, population=population, measure=_measure(), search=search
+        trials=trials,
+        seed=seed,
+        population=population,
+        measure=_measure(),
+        search=search,
+        transfer=transfer,
     )
     start = time.time()
     summary = tune(
@@ -147,7 +194,11 @@ def run_tunefarm(
     )
     wall = time.time() - start
     rows = record_timeline(Storage(url, create=False), valid_only=True)
-    events = [(created.timestamp() - start, shash, float(sec)) for shash, created, sec in rows]
+    events = [
+        (created.timestamp() - start, shash, float(sec))
+        for shash, created, sec in rows
+        if created.timestamp() >= start  # the history's records are not this run's
+    ]
     return RunResult(
         workload,
         variant,
@@ -156,7 +207,39 @@ def run_tunefarm(
         summary.trials_measured,
         model_latency_curve(events, weights),
         dict(summary.phases),
+        summary.devices.get("busy"),
     )
+
+
+def build_history(workload: str, target: Any, trials_per_task: int, tmp: Path) -> Path:
+    """The team history of ``workload`` (:data:`HISTORIES`): each of its models tuned by a
+    cold TuneFarm job into one SQLite file, with the cost-model snapshot the next job reads."""
+    from database import Storage, TargetKey
+    from tuner.cost_model.ranker import RankerParams
+    from tuner.cost_model.warm import base_model
+    from tuner.job import TuneConfig, tune
+    from tuner.model import load_model
+
+    path = tmp / f"{workload}-history.db"
+    path.unlink(missing_ok=True)
+    storage = Storage(f"sqlite:///{path}")
+    for i, (rel, buckets) in enumerate(HISTORIES[workload]):
+        n_tasks = len(_bucket_tasks(ROOT / rel, target, buckets))
+        config = TuneConfig(
+            trials=n_tasks * trials_per_task, seed=1000 + i, measure=_measure(), warm_start=False
+        )
+        tune(
+            load_model(ROOT / rel).mod,
+            target,
+            storage,
+            config,
+            buckets=buckets,
+            model_name=f"history-{Path(rel).stem}",
+        )
+    # what the first teammate's warm job leaves behind for the next: the base model's snapshot
+    base_model(storage, TargetKey.of(target), RankerParams(nthread=os.cpu_count() or 1))
+    storage.dispose()
+    return path
 
 
 def run_stock(
@@ -267,6 +350,9 @@ def summarize(runs: list[RunResult]) -> dict[str, Any]:
                 r.phases.get("search", 0.0) / r.wall_sec for r in mine if r.phases and r.wall_sec
             ]
             entry["search_share"] = _quartiles(shares)
+        busy = [r.device_busy for r in mine if r.device_busy is not None]
+        if busy:
+            entry["device_busy"] = _quartiles(busy)
         for level in LEVELS:
             times = [r.time_to(best / level) for r in mine]
             reached = [t for t in times if t is not None]
@@ -345,8 +431,8 @@ def table(results: dict[str, Any]) -> str:
     """A markdown table of every workload's summary."""
     lines = [
         "| workload | variant | to 90% | to 95% | final latency | wall | search share | "
-        "to 90% vs stock |",
-        "|---|---|---|---|---|---|---|---|",
+        "device busy | to 90% vs stock | wall vs cold |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for workload, res in results["workloads"].items():
         for variant, e in res["summary"]["variants"].items():
@@ -357,10 +443,17 @@ def table(results: dict[str, Any]) -> str:
                 else f"{vs['ratio']:.2f}x" + (" (noisy)" if vs["noisy"] else "")
             )
             share = f"{e['search_share']['median']:.0%}" if "search_share" in e else "-"
+            busy = f"{e['device_busy']['median']:.0%}" if "device_busy" in e else "-"
+            cold = res["summary"]["variants"].get("tunefarm")
+            vs_cold = (
+                f"{e['wall_sec']['median'] / cold['wall_sec']['median']:.2f}x"
+                if cold and variant in WARM_VARIANTS and cold["wall_sec"]["median"]
+                else "-"
+            )
             lines.append(
                 f"| {workload} | {variant} | {_fmt(e['to_90'])} ({e['to_90']['reached']}) | "
                 f"{_fmt(e['to_95'])} ({e['to_95']['reached']}) | {_fmt(e['final_sec'], 'us')} | "
-                f"{_fmt(e['wall_sec'])} | {share} | {ratio} |"
+                f"{_fmt(e['wall_sec'])} | {share} | {busy} | {ratio} | {vs_cold} |"
             )
     return "\n".join(lines)
 
@@ -387,7 +480,23 @@ def write_report(results: dict[str, Any], results_file: Path, report: Path) -> N
         "",
         table(results),
         "",
+        "Device busy: the share of the devices' time spent measuring while the job had "
+        "budget left. Wall vs cold: a warm variant's median wall time over the cold "
+        "`tunefarm` job's, at the same trials.",
+        "",
     ]
+    for workload, res in results["workloads"].items():
+        if res.get("history"):
+            shapes = "; ".join(
+                f"`{rel}` at {', '.join(f'{k}={v}' for k, v in b.items())}"
+                for rel, b in res["history"]
+            )
+            lines.append(
+                f"- {workload}: the warm runs start from a copy of a history of {shapes} "
+                f"(cold jobs of {results['trials_per_task']} trials per task, built before "
+                "the seeds)"
+            )
+    lines.append("")
     for workload, res in results["workloads"].items():
         plot_rel = os.path.relpath(results_file.with_name(res["plot"]), report.parent)
         lines.append(f"![{workload}]({plot_rel})")
@@ -433,6 +542,12 @@ def main(argv: list[str] | None = None) -> int:
             model_path = ROOT / rel
             n_tasks = len(_bucket_tasks(model_path, target, buckets))
             trials = n_tasks * args.trials_per_task
+            history = None
+            if any(v in WARM_VARIANTS for v in args.variants):
+                console.print(f"[bold]{workload}[/bold] history: {HISTORIES[workload]}")
+                started = time.time()
+                history = build_history(workload, target, args.trials_per_task, tmp)
+                console.print(f"  built in {time.time() - started:.1f} s")
             runs: list[RunResult] = []
             # seeds outermost, variants interleaved: drift in the machine hits every variant
             for seed in range(args.seeds):
@@ -456,6 +571,8 @@ def main(argv: list[str] | None = None) -> int:
                             tmp,
                             variant,
                             search="ray" if variant == "tunefarm-ray" else "auto",
+                            history=history if variant in WARM_VARIANTS else None,
+                            transfer=variant == "tunefarm-warm-transfer",
                         )
                     final = run.final_sec
                     console.print(
@@ -473,6 +590,7 @@ def main(argv: list[str] | None = None) -> int:
                 "buckets": buckets,
                 "tasks": n_tasks,
                 "trials": trials,
+                "history": HISTORIES[workload] if history is not None else None,
                 "summary": summary,
                 "plot": png.name,
                 "runs": [asdict(r) for r in runs],

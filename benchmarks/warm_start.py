@@ -6,7 +6,9 @@ copied over many shape buckets (families of 8 buckets) with its records, latenci
 copy with 5% noise, until the table holds ``--records`` records. Then ``warm_model`` (what a job
 runs before its first round) is timed on one of the source's workloads:
 
-- ``cold_cache``: no cached features, no snapshot (every trace replayed, as before the cache);
+- ``cold_cache`` (with ``--cold``; slow): no cached features, no snapshot (every trace
+  replayed, as before the cache); the other runs start from a history whose features were
+  cached by the jobs that measured it (copied with each record);
 - ``warm_cache``: cached features, no snapshot (the base trained from scratch);
 - ``fresh_snapshot``: cached features, a fresh snapshot (reused);
 - after ``--grow`` more records (their features cached, as the jobs that measured them do):
@@ -88,6 +90,12 @@ class History:
         for r in recs:
             self.records.setdefault(r["workload_id"], []).append(r)
         self.workloads = [w for w in self.workloads if w["id"] in self.records]
+        # the source's cached features, copied with each record (the jobs that measured a
+        # history's records cached their features); none: every copy replays (--cold)
+        self.features = {
+            r._mapping["record_id"]: dict(r._mapping)
+            for r in src.run(lambda s: list(s.execute(RecordFeatures.__table__.select())))
+        }
         self.storage = Storage(url)
         self.rng = np.random.default_rng(seed)
         self.copies = 0
@@ -111,16 +119,30 @@ class History:
                         insert(WorkloadRow).returning(WorkloadRow.id), [row]
                     ).scalar_one()
                     scale = float(self.rng.lognormal(0.0, 1.0))
-                    recs = []
+                    recs, feats = [], []
                     for r in self.records[w["id"]][: size - self.count]:
                         new = {k: v for k, v in r.items() if k not in ("id", "job_id")}
                         new["workload_id"] = wid
                         if r["mean_sec"] is not None:
                             new["mean_sec"] = r["mean_sec"] * scale * self.rng.lognormal(0, 0.05)
                             new["run_secs_json"] = json.dumps([new["mean_sec"]])
+                        rid = conn.execute(
+                            insert(RecordRow).returning(RecordRow.id), [new]
+                        ).scalar_one()
+                        if r["id"] in self.features:
+                            feats.append(
+                                {**self.features[r["id"]], "record_id": rid, "workload_id": wid}
+                            )
                         recs.append(new)
-                    conn.execute(insert(RecordRow), recs)
+                    if feats:
+                        conn.execute(insert(RecordFeatures), feats)
                     self.count += len(recs)
+
+
+def _source_targets(storage: Storage) -> list[tvm.target.Target]:
+    """The targets the source's records were measured on."""
+    rows = storage.run(lambda s: list(s.scalars(select(RecordRow.target_json).distinct())))
+    return [tvm.target.Target(json.loads(t)) for t in rows]
 
 
 def _timed(url: str, target: tvm.target.Target, mod: tvm.IRModule, params: RankerParams) -> dict:
@@ -167,11 +189,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--source", default=None, help="a TuneFarm database of a real tune")
     parser.add_argument("--accuracy", nargs="*", default=None, help="databases (default: source)")
     parser.add_argument("--out", default=None)
+    parser.add_argument(
+        "--cold", action="store_true", help="also time a history with no cached features (slow)"
+    )
     args = parser.parse_args(argv)
     console = Console()
     preload_tensor_intrin()
     work = Path(tempfile.mkdtemp(prefix="tunefarm-warm-"))
     source = args.source or _source(console, work)
+    src = Storage(source)
+    for key in {TargetKey.of(t) for t in _source_targets(src)}:
+        load_dataset(src, key)  # the source's features cached once, copied with its records
+    src.dispose()
     url = f"sqlite:///{work / 'history.db'}"
     hist = History(source, url)
     hist.grow(args.records)
@@ -190,8 +219,9 @@ def main(argv: list[str] | None = None) -> int:
         storage.run(lambda s: [s.execute(delete(t)) for t in tables])
 
     runs: dict[str, Any] = {}
-    clear(RecordFeatures, CostModelSnapshot)
-    runs["cold_cache"] = _timed(url, target, mod, params)
+    if args.cold:
+        clear(RecordFeatures, CostModelSnapshot)
+        runs["cold_cache"] = _timed(url, target, mod, params)
     clear(CostModelSnapshot)
     runs["warm_cache"] = _timed(url, target, mod, params)
     runs["fresh_snapshot"] = _timed(url, target, mod, params)

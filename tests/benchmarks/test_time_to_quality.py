@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.time_to_quality import RunResult, model_latency_curve, summarize
+from benchmarks.time_to_quality import RunResult, model_latency_curve, summarize, table
 
 
 def test_curve_starts_when_every_task_is_measured_and_only_falls() -> None:
@@ -41,3 +41,21 @@ def test_summary_times_to_levels_of_the_best_any_run_found() -> None:
     assert tf["vs_stock"]["to_90"]["ratio"] == pytest.approx(2.5 / 7.0)
     assert tf["search_share"]["median"] == pytest.approx(0.1)
     assert tf["final_sec"]["median"] == pytest.approx(10.3)
+
+
+def test_table_reports_device_busy_and_a_warm_run_against_the_cold_one() -> None:
+    runs = [
+        RunResult("w", "tunefarm", 0, 10.0, 8, [(2.0, 10.0)], {"search": 1.0}, 0.5),
+        RunResult("w", "tunefarm-warm", 0, 12.0, 8, [(1.0, 10.0)], {"search": 1.0}, 0.7),
+        RunResult("w", "stock", 0, 20.0, 8, [(4.0, 10.0)]),
+    ]
+    summary = summarize(runs)
+    assert summary["variants"]["tunefarm-warm"]["device_busy"]["median"] == pytest.approx(0.7)
+    assert "device_busy" not in summary["variants"]["stock"]
+    rows = {
+        line.split(" | ")[1]: line
+        for line in table({"workloads": {"w": {"summary": summary}}}).splitlines()[2:]
+    }
+    assert rows["tunefarm-warm"].endswith("| 70% | 0.25x | 1.20x |")
+    assert rows["tunefarm"].endswith("| 50% | 0.50x | - |")
+    assert rows["stock"].endswith("| - | - | - |")

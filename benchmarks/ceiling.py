@@ -28,10 +28,11 @@ receives it (TVM JSON), its built artifact (the ``.so`` bytes the runner receive
 object store, built here by ``workers.build.build_artifact``), and its database row (trace,
 arguments, target, run times); and the resident memory a search task adds to its process
 (a ``TuneContext`` with its evolutionary search after ``pre_tuning``, population 512, measured
-as the growth of this process's RSS over ``--footprint-tasks`` tasks).
+in a fresh process as the growth of its RSS over ``--footprint-tasks`` tasks after a first).
 
 Usage: ``python -m benchmarks ceiling [--rounds 16 64 256] [--repeats 3]
-[--parts search scaling head footprint] [--head-candidates 1024] [--head-round 64] [--devices 8]
+[--parts search scaling head footprint] [--update RESULTS] [--report docs/scaling.md]
+[--head-candidates 1024] [--head-round 64] [--devices 8]
 [--out PATH]``.
 Results: ``benchmarks/results/<date>-<hostname>-ceiling.json``.
 """
@@ -143,7 +144,17 @@ def _rss_mb() -> float:
 
 def footprint(tasks: int = 8, per_round: int = 16) -> dict[str, Any]:
     """Bytes one candidate moves (module JSON, artifact, database row) and MB one search task
-    holds (see the module docstring)."""
+    holds (see the module docstring), measured in a fresh process: one whose allocator already
+    grew (after the other parts) hides what a task adds."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+        return pool.submit(_footprint, tasks, per_round).result()
+
+
+def _footprint(tasks: int, per_round: int) -> dict[str, Any]:
     import gc
     import json as _json
 
@@ -164,9 +175,11 @@ def footprint(tasks: int = 8, per_round: int = 16) -> dict[str, Any]:
             "tunefarm", storage=storage, target=target, mods=[mod], seed=0, warm=False
         )
         contexts = []
-        gc.collect()
-        rss_before = _rss_mb()
-        for seed in range(tasks):
+        rss_before = 0.0
+        for seed in range(tasks + 1):  # the first pays the one-time costs: not counted
+            if seed == 1:
+                gc.collect()
+                rss_before = _rss_mb()
             ctx = ms.TuneContext(
                 mod=mod,
                 target=target,
@@ -263,10 +276,11 @@ def farm_model(
             "tasks_in_flight": math.ceil(demand * ROUND_SEC / per_round),
         }
         row["throughput_per_s"] = min(demand, head)
+        cores = row["build_cores"] + row["search_cores"]
         row["bottleneck"] = (
-            "the head (driver): shard jobs over several heads"
+            f"the head: {heads} heads (jobs) needed"
             if heads > 1
-            else "builders and search cores (the head idles)"
+            else f"the cluster's cores ({cores:,.0f} for builds and search); not the head"
         )
         rows.append(row)
     return rows
@@ -586,16 +600,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--report", type=Path, default=None, help="write the farm model into this Markdown file"
     )
+    parser.add_argument(
+        "--update",
+        type=Path,
+        default=None,
+        help="a results file of an earlier run: the parts run now replace its parts",
+    )
     parser.add_argument("--scaling-rounds", type=int, default=3)
     parser.add_argument("--head-candidates", type=int, default=1024)
     parser.add_argument("--head-round", type=int, default=64)
     parser.add_argument("--devices", type=int, default=8)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
-    missing = {"search", "scaling", "head", "footprint"} - set(args.parts)
+    result: dict[str, Any] = {"machine": machine_header()}
+    if args.update is not None:
+        earlier = json.loads(args.update.read_text())
+        if earlier.get("machine", {}).get("cpu") != result["machine"]["cpu"]:
+            parser.error(f"{args.update} was measured on another CPU: run every part here")
+        result = {**earlier, "machine": result["machine"]}
+    missing = {"search", "scaling", "head", "footprint"} - set(args.parts) - set(result)
     if args.report is not None and missing:
         parser.error(f"--report needs every part; missing: {', '.join(sorted(missing))}")
-    result: dict[str, Any] = {"machine": machine_header()}
     if "search" in args.parts:
         result["search"] = search_throughput(args.rounds, args.repeats)
     if "scaling" in args.parts:
@@ -606,7 +631,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     if "footprint" in args.parts:
         result["footprint"] = footprint(args.footprint_tasks)
-    out = args.out or results_path("ceiling")
+    out = args.out or args.update or results_path("ceiling")
     out.write_text(json.dumps(result, indent=2))
     for row in result.get("head", []):
         print(

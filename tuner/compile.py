@@ -139,7 +139,7 @@ def apply_database(
 ) -> tvm.IRModule:
     """The prepared module with tuned schedules and bucket dispatch applied (before
     lowering), for inspection."""
-    preload_tensor_intrin()
+    preload_tensor_intrin(target)
     prepared = prepare(mod, target)
     with target, db, tvm.transform.PassContext(opt_level=3):
         return _with_database(prepared, target, db)[0]
@@ -167,7 +167,7 @@ def compile(
     prepared = prepare(mod, target)
     applied, dispatch = prepared, {}
     if db is not None:
-        preload_tensor_intrin()  # traces may use tensor intrinsics
+        preload_tensor_intrin(target)  # traces may use tensor intrinsics
         with target, db, tvm.transform.PassContext(opt_level=3):
             applied, dispatch = _with_database(prepared, target, db)
     report = inspect_kernels(prepared, target, db, dispatch)

@@ -486,7 +486,7 @@ def _start_actor_search(
     actors' databases do not hold), or no budget left."""
     if resolve_search(config.search, target) != "ray" or config.transfer or budget.left <= 0:
         return None
-    preload_tensor_intrin()
+    preload_tensor_intrin(target)
     cost_model, note = create_cost_model(
         config.cost_model,
         storage=db.storage,
@@ -600,7 +600,7 @@ def _search(
     a trial too, and its evolutionary search re-proposes records from the database, so a
     resumed job may end with slots of its budget left.
     """
-    preload_tensor_intrin()
+    preload_tensor_intrin(target)
     threads = os.cpu_count() or 1
     seed = config.seed if config.seed is not None else -1
     remaining = budget.left

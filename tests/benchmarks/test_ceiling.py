@@ -90,7 +90,8 @@ def test_farm_model_finds_where_one_head_runs_out() -> None:
     assert small["db_commits_per_s"] == pytest.approx(100 / 64)
     assert small["search_memory_gb"] == pytest.approx(5 * 10 / 1024)
     assert large["heads"] == 2 and large["throughput_per_s"] == 500
-    assert "head" in large["bottleneck"] and "head" not in small["bottleneck"].split("(")[0]
+    assert large["bottleneck"] == "the head: 2 heads (jobs) needed"
+    assert small["bottleneck"] == "the cluster's cores (55 for builds and search); not the head"
 
 
 def test_scaling_report_replaces_only_its_section(tmp_path) -> None:

@@ -23,8 +23,8 @@ class SearchActor:
 
         from tuner.fastimport import preload_tensor_intrin
 
-        preload_tensor_intrin()
         self.target = tvm.target.Target(__import__("json").loads(target_json))
+        preload_tensor_intrin(self.target)
         self.model = model
         self.threads = threads
         self.tasks: dict[int, TaskSearch] = {}

@@ -1,0 +1,44 @@
+"""The tensor-intrinsic registry's fast import: CPU targets leave the CUDA intrinsics out until
+something asks for them. Each case runs in a fresh interpreter (the registry loads once)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+CPU_THEN_CUDA = """
+import sys, tvm
+from tuner.fastimport import preload_tensor_intrin
+preload_tensor_intrin(tvm.target.Target({"kind": "llvm", "num-cores": 2}))
+assert "tvm.s_tir.tensor_intrin.cuda" not in sys.modules
+import tvm.s_tir.tensor_intrin as ti
+assert not hasattr(ti, "cuda")  # no placeholder left behind
+assert tvm.s_tir.TensorIntrin.get("dot_16x4_vnni") is not None  # x86 registered
+missing = tvm.s_tir.TensorIntrin.get("wmma_sync_16x16x16_f16f16f32", allow_missing=True)
+assert missing is None, "CUDA intrinsics registered for a CPU target"
+from tvm.s_tir.tensor_intrin.cuda import WMMA_SYNC_16x16x16_f16f16f32_INTRIN as name
+assert tvm.s_tir.TensorIntrin.get(name) is not None  # a later CUDA import gets the real one
+print("ok")
+"""
+
+CUDA = """
+import sys, tvm
+from tuner.fastimport import preload_tensor_intrin
+preload_tensor_intrin(tvm.target.Target({"kind": "llvm"}))
+preload_tensor_intrin(tvm.target.Target({"kind": "cuda", "arch": "sm_90"}))
+assert "tvm.s_tir.tensor_intrin.cuda" in sys.modules
+from tvm.s_tir.tensor_intrin.cuda import WMMA_SYNC_16x16x16_f16f16f32_INTRIN as name
+assert tvm.s_tir.TensorIntrin.get(name) is not None
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("script", [CPU_THEN_CUDA, CUDA], ids=["cpu-then-cuda", "cuda"])
+def test_cuda_intrinsics_load_only_when_asked_for(script: str) -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().endswith("ok")

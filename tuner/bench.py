@@ -26,7 +26,7 @@ import os
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -543,10 +543,12 @@ def bench(
     repeat: int = 5,
     min_repeat_ms: int = 50,
     runtimes: Sequence[str] | None = None,
+    traffic: Mapping[str, Mapping[int, float]] | None = None,
 ) -> list[BenchResult]:
     """Build untuned and tuned once, then run both, the model's reference and the other
     runtimes (``runtimes``, default :func:`runtimes_for` the model; ``()`` for none) on the
-    same random inputs at each shape (values of the symbolic variables).
+    same random inputs at each shape (values of the symbolic variables). ``traffic`` builds
+    the tuned module as ``build --shape-profile`` does (see :func:`tuner.compile.compile`).
 
     Weights kept as inputs (``model.params``) are passed as they are; only the data inputs
     are random."""
@@ -591,7 +593,7 @@ def bench(
     for other in others:  # free their sessions and thread pools before TVM runs
         other.fn = None
     untuned, _ = compile(model.mod, target, None)
-    tuned_ex, report = compile(model.mod, target, db)
+    tuned_ex, report = compile(model.mod, target, db, traffic=traffic)
     untuned_vm, tuned_vm = _VM(untuned), _VM(tuned_ex)
     results = []
     for i, ((shape, args), ref) in enumerate(zip(runs, refs, strict=True)):

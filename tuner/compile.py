@@ -8,6 +8,7 @@ which lookup level (same device, same target, same architecture, same target kin
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,26 +124,32 @@ def inspect_kernels(
 
 
 def _with_database(
-    prepared: tvm.IRModule, target: tvm.target.Target, db: TuneFarmDatabase
+    prepared: tvm.IRModule,
+    target: tvm.target.Target,
+    db: TuneFarmDatabase,
+    traffic: Mapping[str, Mapping[int, float]] | None = None,
 ) -> tuple[tvm.IRModule, dict[str, KernelDispatch]]:
     """Bucket dispatch for symbolic kernels, then tuned schedules for static ones.
 
     Runs inside ``with target, db``."""
-    mod, dispatch = add_dispatch(prepared, target, db)
+    mod, dispatch = add_dispatch(prepared, target, db, traffic)
     mod = legalize()(mod)  # the pads and slices the dispatch added
     mod = relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
     return mod, dispatch
 
 
 def apply_database(
-    mod: tvm.IRModule, target: tvm.target.Target, db: TuneFarmDatabase
+    mod: tvm.IRModule,
+    target: tvm.target.Target,
+    db: TuneFarmDatabase,
+    traffic: Mapping[str, Mapping[int, float]] | None = None,
 ) -> tvm.IRModule:
     """The prepared module with tuned schedules and bucket dispatch applied (before
     lowering), for inspection."""
     preload_tensor_intrin(target)
     prepared = prepare(mod, target)
     with target, db, tvm.transform.PassContext(opt_level=3):
-        return _with_database(prepared, target, db)[0]
+        return _with_database(prepared, target, db, traffic)[0]
 
 
 def compile(
@@ -151,12 +158,15 @@ def compile(
     db: TuneFarmDatabase | Storage | str | None = None,
     *,
     strict: bool = False,
+    traffic: Mapping[str, Mapping[int, float]] | None = None,
 ) -> tuple[relax.VMExecutable, BuildReport]:
     """Compile ``mod`` for ``target``, applying the best schedules from ``db``.
 
     ``db`` may be a database, a storage or a URL; ``None`` builds the untuned default.
     Symbolic kernels dispatch at run time to range kernels of their tuned buckets (see
-    :mod:`tuner.symbolic.dispatch`). With ``strict``, a kernel without a tuned record is an error.
+    :mod:`tuner.symbolic.dispatch`); ``traffic`` (per variable, observed values and their
+    counts: a shape profile's marginals) weighs the choice above the largest bucket. With
+    ``strict``, a kernel without a tuned record is an error.
     """
     if isinstance(db, str):
         db = Storage(db, create=False)
@@ -169,7 +179,7 @@ def compile(
     if db is not None:
         preload_tensor_intrin(target)  # traces may use tensor intrinsics
         with target, db, tvm.transform.PassContext(opt_level=3):
-            applied, dispatch = _with_database(prepared, target, db)
+            applied, dispatch = _with_database(prepared, target, db, traffic)
     report = inspect_kernels(prepared, target, db, dispatch)
     if strict and report.untuned:
         raise TuneFarmError(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -314,10 +315,12 @@ def test_softmax_over_n_gets_a_correct_range_kernel(llvm_target) -> None:
         np.testing.assert_allclose(out.numpy()[:value, :value], expected, rtol=1e-5, atol=1e-6)
 
 
-def test_softmax_bucket_kernel_is_dispatched_with_inf_padding(tmp_path, llvm_target) -> None:
-    """End to end through the Relax dispatch: a record of a tiled softmax at n=16 (stored as a
-    tune would store it) becomes a range kernel and a static kernel, both fed inputs padded
-    with -inf; each runs, observably, where the rule says, and every value matches numpy."""
+def _softmax_db(
+    path: Path, target: tvm.target.Target, records: dict[int, tuple[int, float]]
+) -> TuneFarmDatabase:
+    """A database of ``softmax_n.py`` with, per bucket value of ``n``, one hand-made record
+    (every loop over ``n`` split by a tile) and its measured time: ``{value: (tile, sec)}``,
+    stored as a tune would store it."""
     from tvm.s_tir import meta_schedule as ms
 
     from database import shash_of
@@ -325,26 +328,36 @@ def test_softmax_bucket_kernel_is_dispatched_with_inf_padding(tmp_path, llvm_tar
     from tuner.symbolic.buckets import bucket_tasks
 
     model = load_model(DATA / "softmax_n.py")
-    db = TuneFarmDatabase(Storage(f"sqlite:///{tmp_path / 'sm.db'}"), llvm_target)
-    family = {
-        t.name: shash_of(t.mod) for t in extract_tasks(prepare(model.mod, llvm_target), llvm_target)
-    }
-    (bt,) = bucket_tasks(model.mod, llvm_target, {"n": [16]})
-    base = bt.task.name.split("[", 1)[0]
-    db.workload_id(bt.task.mod, create=True, task_name=base, family=(family[base], bt.bucket))
-    sch = tvm.s_tir.Schedule(bt.task.mod)
-    for block in sch.get_child_blocks(sch.get_sblock("root")):
-        for loop in sch.get_loops(block):
-            if int(sch.get(loop).extent) == 16:  # every loop over n: tile 8
-                sch.split(loop, sch.sample_perfect_tile(loop, n=2, decision=[2, 8]))
-    record = ms.database.TuningRecord(
-        sch.trace,
-        db.commit_workload(bt.task.mod),
-        run_secs=[1e-6],
-        target=llvm_target,
-        args_info=ms.arg_info.ArgInfo.from_prim_func(bt.task.mod["main"]),
-    )
-    db.commit_tuning_record(record)
+    db = TuneFarmDatabase(Storage(f"sqlite:///{path}"), target)
+    family = {t.name: shash_of(t.mod) for t in extract_tasks(prepare(model.mod, target), target)}
+    for bt in bucket_tasks(model.mod, target, {"n": sorted(records)}):
+        value, (tile, sec) = bt.bucket["n"], records[bt.bucket["n"]]
+        base = bt.task.name.split("[", 1)[0]
+        db.workload_id(bt.task.mod, create=True, task_name=base, family=(family[base], bt.bucket))
+        sch = tvm.s_tir.Schedule(bt.task.mod)
+        for block in sch.get_child_blocks(sch.get_sblock("root")):
+            for loop in sch.get_loops(block):
+                if int(sch.get(loop).extent) == value:  # every loop over n
+                    decision = [value // tile, tile]
+                    sch.split(loop, sch.sample_perfect_tile(loop, n=2, decision=decision))
+        db.commit_tuning_record(
+            ms.database.TuningRecord(
+                sch.trace,
+                db.commit_workload(bt.task.mod),
+                run_secs=[sec],
+                target=target,
+                args_info=ms.arg_info.ArgInfo.from_prim_func(bt.task.mod["main"]),
+            )
+        )
+    return db
+
+
+def test_softmax_bucket_kernel_is_dispatched_with_inf_padding(tmp_path, llvm_target) -> None:
+    """End to end through the Relax dispatch: a record of a tiled softmax at n=16 (stored as a
+    tune would store it) becomes a range kernel and a static kernel, both fed inputs padded
+    with -inf; each runs, observably, where the rule says, and every value matches numpy."""
+    model = load_model(DATA / "softmax_n.py")
+    db = _softmax_db(tmp_path / "sm.db", llvm_target, {16: (8, 1e-6)})
     values = [1, 3, 8, 11, 16, 17, 40]
     results = bench(model, llvm_target, db, [{"n": v} for v in values], repeat=1, min_repeat_ms=1)
     for value, res in zip(values, results, strict=True):
@@ -579,3 +592,63 @@ def test_dispatch_callees_skip_the_checks_their_caller_made(tmp_path, llvm_targe
     bad = [*good[:1], rng.standard_normal((64, 31)).astype("float32"), *good[2:]]
     with pytest.raises(Exception, match="param=w"):
         vm["main"](*[tvm.runtime.tensor(a) for a in bad])
+
+
+def test_traffic_above_the_largest_bucket_picks_the_kernel_that_pads_least() -> None:
+    """Above the largest bucket, without a profile, the kernel of least time per unit of work
+    at the largest bucket serves (n16, tile 16); with the traffic just above it (n=17..20),
+    the kernel of least expected time there: n8's tile of 8 pads 17 to 24 rows where n16's
+    pads it to 32."""
+    n8 = BucketKernel(8, 8, "k_n8", "device", 8.8e-6)
+    n16 = BucketKernel(16, 16, "k_n16", "device", 16e-6)
+    plain = KernelDispatch("k", "n", (n8, n16))
+    assert plain.above is n16
+    near = KernelDispatch("k", "n", (n8, n16), traffic=((5, 1000.0), (17, 10.0), (20, 5.0)))
+    assert near.above is n8
+    assert near.describe().endswith("above 16 (by traffic): n8 (tile 8)")
+    # traffic far above: padding is noise there, the better rate wins again
+    far = KernelDispatch("k", "n", (n8, n16), traffic=((400, 1.0),))
+    assert far.above is n16
+    # traffic below the largest bucket only: the rule without a profile
+    assert KernelDispatch("k", "n", (n8, n16), traffic=((3, 1.0),)).above is n16
+    # the generic kernel still serves when no bucket kernel beats it by the margin there
+    generic = ((16, 20e-6),)  # 1.25 us a row
+    assert KernelDispatch("k", "n", (n8, n16), generic=generic, traffic=((17, 1.0),)).above is None
+
+
+@pytest.mark.slow
+def test_build_with_traffic_serves_values_above_the_buckets_by_it(tmp_path, llvm_target) -> None:
+    """End to end: records of the softmax at n=8 (tile 8) and n=16 (tile 16); n=17 runs n16's
+    kernel in the plain build and n8's when the traffic sits just above 16, observably, and
+    matches numpy either way."""
+    model = load_model(DATA / "softmax_n.py")
+    db = _softmax_db(tmp_path / "sm.db", llvm_target, {8: (8, 8.8e-6), 16: (16, 16e-6)})
+    shapes = [{"n": 17}, {"n": 5}]
+    plain = bench(model, llvm_target, db, shapes, repeat=1, min_repeat_ms=1, runtimes=())
+    weighed = bench(
+        model,
+        llvm_target,
+        db,
+        shapes,
+        repeat=1,
+        min_repeat_ms=1,
+        runtimes=(),
+        traffic={"n": {17: 90, 5: 10}},
+    )
+    assert all(r.agree for r in plain + weighed)
+    assert plain[0].kernels == {"softmax": "n16"} and weighed[0].kernels == {"softmax": "n8"}
+    assert plain[1].kernels == weighed[1].kernels  # at or below the buckets: the same rule
+    # the CLI: build --shape-profile reports the choice it made from the traffic
+    from typer.testing import CliRunner
+
+    from tuner.cli import app
+
+    profile = tmp_path / "traffic.json"
+    profile.write_text(json.dumps({"n": {"17": 90, "5": 10}}))
+    args = ["build", str(DATA / "softmax_n.py"), "--db", f"sqlite:///{tmp_path / 'sm.db'}"]
+    result = CliRunner().invoke(
+        app, [*args, "--shape-profile", str(profile), "-o", str(tmp_path / "sm.so"), "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    (kernel,) = json.loads(result.output)["kernels"]
+    assert kernel["dispatch"].endswith("above 16 (by traffic): n8 (tile 8)"), kernel["dispatch"]

@@ -174,3 +174,18 @@ def test_plan_tune_replan_and_bench_over_the_profile(tmp_path: Path) -> None:
         ),
         "not both",
     )
+    # build over the profile (what it changes: tests/tuner/test_dispatch.py); a profile of a
+    # variable the model does not have is one line
+    out = tmp_path / "rows.so"
+    build_args = ["build", str(model), "--shape-profile", str(profile), "--db", url]
+    build = runner.invoke(app, [*build_args, "-o", str(out), "--json"])
+    assert build.exit_code == 0, build.output
+    assert json.loads(build.output)["tuned_calls"] >= 1 and out.exists()
+    bad = tmp_path / "bad.csv"
+    bad.write_text("var,value,count\nm,3,5\n")
+    one_line_error(
+        runner.invoke(
+            app, ["build", str(model), "--shape-profile", str(bad), "--db", url, "-o", str(out)]
+        ),
+        "m",
+    )

@@ -186,20 +186,27 @@ def build(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the kernel report as JSON.")
     ] = False,
+    shape_profile: cli_plan.ShapeProfileOpt = None,
 ) -> None:
-    """Compile MODEL with the database's best schedules into a Relax VM library."""
+    """Compile MODEL with the database's best schedules into a Relax VM library.
+
+    With --shape-profile, the kernel that serves values above the largest tuned bucket is
+    the one of least expected time over the profile's traffic there."""
     import dataclasses
 
     from tuner.compile import compile as tf_compile
     from tuner.model import load_model
+    from tuner.symbolic.profile import load_profile
     from tuner.targets import resolve_target
 
     check_model_file(model)
     check_output_file(output, "--output")
+    profile = load_profile(shape_profile) if shape_profile is not None else None  # fail fast
     tgt = resolve_target(target, arch)
     storage = open_storage(db, create=False)
     loaded = load_model(model, entry, keep_params=keep_params)
-    ex, report = tf_compile(loaded.mod, tgt, storage, strict=strict)
+    traffic = profile.for_model(loaded.mod).marginals() if profile is not None else None
+    ex, report = tf_compile(loaded.mod, tgt, storage, strict=strict, traffic=traffic)
     ex.export_library(str(output))
     if as_json:
         data = {
@@ -346,7 +353,14 @@ def bench(
         ]
     from database import TuneFarmDatabase
 
-    results = run_bench(loaded, tgt, TuneFarmDatabase(storage), shapes, runtimes=others)
+    results = run_bench(
+        loaded,
+        tgt,
+        TuneFarmDatabase(storage),
+        shapes,
+        runtimes=others,
+        traffic=profile.marginals() if shape_profile is not None else None,
+    )
     if weights is not None:
         from tuner.bench import traffic_summary
 

@@ -12,7 +12,10 @@ the kernel of least estimated time at ``v``:
   itself (:func:`pad_overhead`: the zeros, concat and slice ops it runs and the elements they
   write), which dominates at small ``v`` (a 64-row pad of ``x[1, 128]`` copies 64 rows).
 
-Above ``bk``, the kernel of least time per unit of work (the padding overhead included).
+Above ``bk``, the kernel of least time per unit of work (the padding overhead included); with
+a shape profile (``build --shape-profile``), the kernel of least expected time over the
+profile's values above ``bk``, weighted by their traffic (padding ``v`` to a tile costs
+different kernels differently just above the largest bucket).
 Work grows as ``v ** d``, ``d`` the number of loop axes over ``v`` in the kernel's busiest
 block (1 for ``x @ W``, 2 for ``q @ k^T`` or softmax over ``s x s`` scores). Kernels that
 cannot be padded (a reduction over ``v`` that no pad value leaves unchanged), depend on
@@ -31,6 +34,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -148,6 +152,9 @@ class KernelDispatch:
     buffers: tuple[PadBuffer, ...] = ()
     # tuned at every bucket, and the default schedule measured fastest at each
     default_won: bool = False
+    # observed traffic of ``var`` as (value, weight) pairs, from a shape profile: the values
+    # above every bucket are served by the kernel of least expected time over them
+    traffic: tuple[tuple[int, float], ...] = ()
 
     @functools.cached_property
     def intervals(self) -> tuple[tuple[int, BucketKernel | None], ...]:
@@ -163,19 +170,31 @@ class KernelDispatch:
         Range kernels are valid for every value, so the bucket kernel with the least time
         per unit of work serves there (its padding overhead at the largest bucket included),
         unless it does not beat the generic kernel's measured time per unit at the largest
-        bucket by :data:`GENERIC_MARGIN` (padding matters less and less as values grow)."""
+        bucket by :data:`GENERIC_MARGIN` (padding matters less and less as values grow).
+        With :attr:`traffic` above the largest bucket, the same choice is made on the
+        expected time over those values instead (each kernel's :meth:`BucketKernel.cost`
+        there, the generic kernel's time at the largest bucket scaled by the work)."""
         if not self.buckets:
             return None
         d, top = self.degree, max(b.value for b in self.buckets)
         ranged = [b for b in self.buckets if not b.static]
         if not ranged:
             return None
+        value, sec = max(self.generic, default=(1, math.inf))
+        beyond = [(v, w) for v, w in self.traffic if v > top and w > 0]
+        if beyond:
+
+            def expected(b: BucketKernel) -> float:
+                return sum(w * b.cost(v, d, self.buffers) for v, w in beyond)
+
+            best = min(ranged, key=lambda b: (expected(b), -b.value))
+            generic = sum(w * sec * (v / value) ** d for v, w in beyond)
+            return None if generic <= GENERIC_MARGIN * expected(best) else best
 
         def per_unit(b: BucketKernel) -> float:
             return b.mean_sec / b.value**d + b.overhead(top, self.buffers) / top**d
 
         best = min(ranged, key=lambda b: (per_unit(b), -b.value))
-        value, sec = max(self.generic, default=(1, math.inf))
         generic_rate = sec / value**d
         if generic_rate <= GENERIC_MARGIN * per_unit(best):
             return None
@@ -197,9 +216,10 @@ class KernelDispatch:
             parts.append(f"{span}: {what}")
             lo = upper + 1
         top, above = self.buckets[-1].value, self.above
+        how = " (by traffic)" if any(v > top for v, _ in self.traffic) else ""
         if above is None:
-            return f"{', '.join(parts)}; generic above {top}"
-        return f"{', '.join(parts)}; above {top}: {self.var}{above.value} ({above.label})"
+            return f"{', '.join(parts)}; generic above {top}{how}"
+        return f"{', '.join(parts)}; above {top}{how}: {self.var}{above.value} ({above.label})"
 
 
 def choose_intervals(
@@ -257,7 +277,13 @@ class _Plan:
     pads: tuple[float, ...] = ()  # per kernel input: the value its padding holds
 
 
-def _plan(name: str, func: tirx.PrimFunc, target: Any, db: TuneFarmDatabase) -> _Plan:
+def _plan(
+    name: str,
+    func: tirx.PrimFunc,
+    target: Any,
+    db: TuneFarmDatabase,
+    traffic: Mapping[str, Mapping[int, float]],
+) -> _Plan:
     norm = normalize(func)
     var = symbolic_var(norm["main"])
     if var is None:
@@ -311,6 +337,7 @@ def _plan(name: str, func: tirx.PrimFunc, target: Any, db: TuneFarmDatabase) -> 
             generic=tuple(generic),
             degree=work_degree(norm["main"], var.name),
             buffers=pad_buffers(norm["main"], var.name, plan.pads),
+            traffic=tuple(sorted(traffic.get(var.name, {}).items())),
         )
     return plan
 
@@ -604,15 +631,20 @@ def _specialize(
 
 
 def add_dispatch(
-    prepared: tvm.IRModule, target: Any, db: TuneFarmDatabase
+    prepared: tvm.IRModule,
+    target: Any,
+    db: TuneFarmDatabase,
+    traffic: Mapping[str, Mapping[int, float]] | None = None,
 ) -> tuple[tvm.IRModule, dict[str, KernelDispatch]]:
     """Add bucket range kernels and dispatch to a prepared module: each Relax function is
     specialized per region of its variables' values (:func:`_specialize`), or, where it cannot
-    be, each of its call sites calls a dispatch function of its own."""
+    be, each of its call sites calls a dispatch function of its own. ``traffic``: per model
+    variable, observed values and their counts (a shape profile's marginals), which choose
+    the kernel above the largest bucket (:attr:`KernelDispatch.above`)."""
     plans: dict[str, _Plan] = {}
     for gv, func in prepared.functions.items():
         if isinstance(func, tirx.PrimFunc) and symbolic_var(func) is not None:
-            plans[gv.name_hint] = _plan(gv.name_hint, func, target, db)
+            plans[gv.name_hint] = _plan(gv.name_hint, func, target, db, traffic or {})
         elif isinstance(func, tirx.PrimFunc):
             norm = normalize(func)
             if any(

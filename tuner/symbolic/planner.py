@@ -717,6 +717,7 @@ class Planner:
             generic=tuple(generic),
             degree=km.degree,
             buffers=km.buffers,
+            traffic=tuple(self.values),  # as `build --shape-profile` chooses above the top
         ).above
         return [
             _pick(kernels, generic, km.degree, km.buffers, v) if v <= top else above

@@ -127,6 +127,10 @@ class ShapeProfile:
             out[values[i]] += count
         return dict(sorted(out.items()))
 
+    def marginals(self) -> dict[str, dict[int, int]]:
+        """:meth:`marginal` of every variable, by name: the traffic a build weighs."""
+        return {var: self.marginal(var) for var in self.variables}
+
     def quantile(self, var: str, q: float) -> int:
         """The least value of ``var`` with at least ``q`` of the traffic at or below it."""
         marg, total, acc = self.marginal(var), self.total, 0

@@ -68,6 +68,9 @@ class TuneConfig:
     # the evolutionary search's population per round (None: sized from the round, see
     # search_population; MetaSchedule's default is 512 whatever the round asks for)
     population: int | None = None
+    # generations the evolutionary search evolves its population per round, each scored by
+    # the cost model (None: MetaSchedule's GENERATIONS)
+    generations: int | None = None
     # where the evolutionary search runs: "ray" (each task's state in a search actor, rounds
     # pipelined with builds; tuner.search), "driver" (MetaSchedule's own task loop here) or
     # "auto" (see resolve_search)
@@ -81,6 +84,8 @@ class TuneConfig:
             )
         if self.population is not None and self.population < 2:
             raise TuneFarmError(f"population must be at least 2 (got {self.population})")
+        if self.generations is not None and self.generations < 1:
+            raise TuneFarmError(f"generations must be at least 1 (got {self.generations})")
         if self.trials < 1:
             raise TuneFarmError(f"--trials must be at least 1 (got {self.trials})")
         if self.trials_per_iter < 1:
@@ -504,6 +509,7 @@ def _start_actor_search(
     plan = SearchPlan(
         per_round=per_round,
         population=config.population or search_population(per_round),
+        generations=config.generations or GENERATIONS,
         seed=config.seed,
         overlap_measure=device_kind(target) != "cpu",
         job_id=job_id,
@@ -702,6 +708,8 @@ def _search_split(
             recorder.index = None
 
 
+# MetaSchedule's EvolutionarySearch generations per round (genetic_num_iters)
+GENERATIONS = 4
 # MetaSchedule's EvolutionarySearch population, and the least one a round gets
 MAX_POPULATION = 512
 MIN_POPULATION = 64
@@ -719,7 +727,8 @@ def search_population(per_round: int) -> int:
 
 def _strategy(config: TuneConfig, per_round: int) -> Any:
     return ms.search_strategy.EvolutionarySearch(
-        population_size=config.population or search_population(per_round)
+        population_size=config.population or search_population(per_round),
+        genetic_num_iters=config.generations or GENERATIONS,
     )
 
 

@@ -72,14 +72,17 @@ class SearchPlan:
 
     per_round: int
     population: int
+    generations: int = 4  # the evolutionary search's genetic_num_iters
     seed: int | None = None
     overlap_measure: bool = False  # keep generating while candidates are measured
     actors: int | None = None  # None: one per task, at most the cluster's CPUs
     job_id: int | None = None  # names the actors (tunefarm-search-<job>-<slot>)
 
     def __post_init__(self) -> None:
-        if self.per_round < 1 or self.population < 2:
-            raise TuneFarmError("a search round needs at least 1 candidate and a population of 2")
+        if self.per_round < 1 or self.population < 2 or self.generations < 1:
+            raise TuneFarmError(
+                "a search round needs at least 1 candidate, a population of 2 and 1 generation"
+            )
         if self.actors is not None and self.actors < 1:
             raise TuneFarmError(f"search actors must be at least 1 (got {self.actors})")
 
@@ -165,6 +168,7 @@ class ActorSearch:
             max_trials=max(1, self.max_trials),
             per_round=self.plan.per_round,
             population=self.plan.population,
+            generations=self.plan.generations,
             seed=-1 if seed is None or seed < 0 else seed + task,
         )
 

@@ -68,6 +68,7 @@ class TaskSpec:
     per_round: int
     population: int
     seed: int  # -1: random
+    generations: int = 4  # the evolutionary search's genetic_num_iters
 
 
 class TaskSearch:
@@ -86,7 +87,9 @@ class TaskSearch:
             mod=mod,
             target=target,
             space_generator="post-order-apply",
-            search_strategy=ms.search_strategy.EvolutionarySearch(population_size=spec.population),
+            search_strategy=ms.search_strategy.EvolutionarySearch(
+                population_size=spec.population, genetic_num_iters=spec.generations
+            ),
             task_name=spec.name,
             rand_state=spec.seed,
             num_threads=threads,

@@ -13,9 +13,11 @@ settings, from nothing:
   records of the same kernels at other buckets weigh in;
 - ``tunefarm-warm-transfer``: the warm job with ``--transfer``, each bucket's search also
   seeded with the other buckets' best schedules refitted to its shape;
-- ``tunefarm-g2``, ``tunefarm-warm-g2``: the cold and warm jobs with 2 generations of the
-  evolutionary search per round instead of MetaSchedule's 4 (each generation is scored by the
-  cost model: feature extraction of the whole population);
+- ``tunefarm-g4``, ``tunefarm-warm-g4``: the cold and warm jobs with MetaSchedule's 4
+  generations of the evolutionary search per round instead of TuneFarm's 2
+  (``tuner.search.task.GENERATIONS``; each generation is scored by the cost model, i.e. the
+  whole population featurized). Results files of 2026-11-25 were made when 4 was the
+  default: their ``tunefarm``/``tunefarm-warm`` ran 4 generations and ``-g2`` 2;
 - ``stock``: stock MetaSchedule, ``ms.tune.tune_tasks`` over the same tasks (gradient
   scheduler, LocalBuilder/LocalRunner, XGB cost model, population 512, an in-memory
   database), the untuned module's tasks as ``tune_relax`` would extract them per bucket.
@@ -82,16 +84,16 @@ HISTORIES: dict[str, list[tuple[str, dict[str, list[int]]]]] = {
 # MetaSchedule's tune_tasks with its XGBModel
 VARIANTS = (
     "tunefarm",
-    "tunefarm-g2",
+    "tunefarm-g4",
     "tunefarm-warm",
-    "tunefarm-warm-g2",
+    "tunefarm-warm-g4",
     "tunefarm-warm-transfer",
     "tunefarm-ray",
     "tunefarm-pop512",
     "stock",
 )
 DEFAULT_VARIANTS = ("tunefarm", "tunefarm-warm", "stock")
-WARM_VARIANTS = ("tunefarm-warm", "tunefarm-warm-g2", "tunefarm-warm-transfer")
+WARM_VARIANTS = ("tunefarm-warm", "tunefarm-warm-g4", "tunefarm-warm-transfer")
 LEVELS = (0.9, 0.95)
 NOISY_SPREAD = 0.25  # an interquartile range above this share of the median
 log = logging.getLogger("tunefarm.bench.ttq")
@@ -580,7 +582,7 @@ def main(argv: list[str] | None = None) -> int:
                             search="ray" if variant == "tunefarm-ray" else "auto",
                             history=history if variant in WARM_VARIANTS else None,
                             transfer=variant == "tunefarm-warm-transfer",
-                            generations=2 if variant.endswith("-g2") else None,
+                            generations=4 if variant.endswith("-g4") else None,
                         )
                     final = run.final_sec
                     console.print(

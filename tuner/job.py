@@ -29,7 +29,7 @@ from tuner.fastimport import preload_tensor_intrin
 from tuner.pipeline import Task, extract_tasks, prepare
 from tuner.progress import JobProgress, SilentProgress, TaskState
 from tuner.search.driver import ActorSearch, SearchPlan
-from tuner.search.task import ModelSpec
+from tuner.search.task import GENERATIONS, ModelSpec
 from tuner.symbolic.buckets import bucket_tasks, choose_buckets, symbolic_vars
 from tuner.targets import device_kind
 from workers.builder import RayBuilder
@@ -69,7 +69,7 @@ class TuneConfig:
     # search_population; MetaSchedule's default is 512 whatever the round asks for)
     population: int | None = None
     # generations the evolutionary search evolves its population per round, each scored by
-    # the cost model (None: MetaSchedule's GENERATIONS)
+    # the cost model (None: tuner.search.task.GENERATIONS, 2; MetaSchedule's default is 4)
     generations: int | None = None
     # where the evolutionary search runs: "ray" (each task's state in a search actor, rounds
     # pipelined with builds; tuner.search), "driver" (MetaSchedule's own task loop here) or
@@ -708,8 +708,6 @@ def _search_split(
             recorder.index = None
 
 
-# MetaSchedule's EvolutionarySearch generations per round (genetic_num_iters)
-GENERATIONS = 4
 # MetaSchedule's EvolutionarySearch population, and the least one a round gets
 MAX_POPULATION = 512
 MIN_POPULATION = 64

@@ -132,3 +132,15 @@ def test_search_population_is_sized_from_the_round() -> None:
     assert _strategy(TuneConfig(trials=8, population=512), 1).population_size == 512
     with pytest.raises(TuneFarmError, match="population must be at least 2"):
         TuneConfig(trials=8, population=1)
+
+
+def test_search_generations_reach_the_evolutionary_search() -> None:
+    from tuner.job import GENERATIONS, TuneConfig, _strategy
+    from tuner.search.driver import SearchPlan
+
+    assert _strategy(TuneConfig(trials=8), 4).genetic_num_iters == GENERATIONS == 2
+    assert _strategy(TuneConfig(trials=8, generations=4), 4).genetic_num_iters == 4
+    with pytest.raises(TuneFarmError, match="generations must be at least 1"):
+        TuneConfig(trials=8, generations=0)
+    with pytest.raises(TuneFarmError, match="1 generation"):
+        SearchPlan(per_round=4, population=64, generations=0)

@@ -30,7 +30,7 @@ from tuner.errors import TuneFarmError
 from tuner.pipeline import Task
 from tuner.search.actor import RemoteSearchActor
 from tuner.search.scheduler import TaskProgress, next_task
-from tuner.search.task import Candidate, ModelSpec, TaskSpec, search_threads
+from tuner.search.task import GENERATIONS, Candidate, ModelSpec, TaskSpec, search_threads
 from workers.builder import RayBuilder
 from workers.ledger import TrialBudget
 from workers.runner import RayRunner
@@ -72,7 +72,7 @@ class SearchPlan:
 
     per_round: int
     population: int
-    generations: int = 4  # the evolutionary search's genetic_num_iters
+    generations: int = GENERATIONS  # the evolutionary search's genetic_num_iters
     seed: int | None = None
     overlap_measure: bool = False  # keep generating while candidates are measured
     actors: int | None = None  # None: one per task, at most the cluster's CPUs

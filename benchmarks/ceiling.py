@@ -329,7 +329,8 @@ def write_scaling_report(result: dict[str, Any], results_file: Path, report: Pat
         [
             begin,
             f"Measured by `python -m benchmarks ceiling --report docs/scaling.md` on "
-            f"{m.get('cpu')}, {m.get('hostname')} ({rel}); one run, medians of "
+            f"{m.get('cpu')}, {m.get('hostname')} ({rel}); one session on that CPU (parts "
+            f"re-run with `--update` replace their own figures), medians of "
             f"{result['search'][0]['wall_s']['n']} repeats:",
             "",
             f"- search: {search} candidates per core-second;",

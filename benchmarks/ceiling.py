@@ -627,6 +627,8 @@ def main(argv: list[str] | None = None) -> int:
         if earlier.get("machine", {}).get("cpu") != result["machine"]["cpu"]:
             parser.error(f"{args.update} was measured on another CPU: run every part here")
         result = {**earlier, "machine": result["machine"]}
+    if args.footprint_tasks < 1:
+        parser.error("--footprint-tasks must be at least 1")
     missing = {"search", "scaling", "head", "footprint"} - set(args.parts) - set(result)
     if args.report is not None and missing:
         parser.error(f"--report needs every part; missing: {', '.join(sorted(missing))}")

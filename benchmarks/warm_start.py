@@ -18,7 +18,7 @@ runs before its first round) is timed on one of the source's workloads:
 (chronological: base on the oldest 50%, continued on the next 30%, tested on the newest 20%).
 Usage::
 
-    python -m benchmarks warm-start [--records 10000] [--grow 3000] [--source URL]
+    python -m benchmarks warm-start [--records 10000] [--grow 3000] [--source URL] [--cold]
 """
 
 from __future__ import annotations
@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     preload_tensor_intrin()
     work = Path(tempfile.mkdtemp(prefix="tunefarm-warm-"))
     source = args.source or _source(console, work)
-    src = Storage(source)
+    src = Storage(source, create=False)
     for key in {TargetKey.of(t) for t in _source_targets(src)}:
         load_dataset(src, key)  # the source's features cached once, copied with its records
     src.dispose()

@@ -119,21 +119,24 @@ class History:
                         insert(WorkloadRow).returning(WorkloadRow.id), [row]
                     ).scalar_one()
                     scale = float(self.rng.lognormal(0.0, 1.0))
-                    recs, feats = [], []
-                    for r in self.records[w["id"]][: size - self.count]:
+                    source = self.records[w["id"]][: size - self.count]
+                    recs = []
+                    for r in source:
                         new = {k: v for k, v in r.items() if k not in ("id", "job_id")}
                         new["workload_id"] = wid
                         if r["mean_sec"] is not None:
                             new["mean_sec"] = r["mean_sec"] * scale * self.rng.lognormal(0, 0.05)
                             new["run_secs_json"] = json.dumps([new["mean_sec"]])
-                        rid = conn.execute(
-                            insert(RecordRow).returning(RecordRow.id), [new]
-                        ).scalar_one()
-                        if r["id"] in self.features:
-                            feats.append(
-                                {**self.features[r["id"]], "record_id": rid, "workload_id": wid}
-                            )
                         recs.append(new)
+                    ids = conn.execute(
+                        insert(RecordRow).returning(RecordRow.id, sort_by_parameter_order=True),
+                        recs,
+                    ).scalars()
+                    feats = [
+                        {**self.features[r["id"]], "record_id": rid, "workload_id": wid}
+                        for r, rid in zip(source, ids, strict=True)
+                        if r["id"] in self.features
+                    ]
                     if feats:
                         conn.execute(insert(RecordFeatures), feats)
                     self.count += len(recs)

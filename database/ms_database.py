@@ -15,7 +15,6 @@ import math
 from typing import Any
 
 import tvm
-import tvm_ffi
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 from tvm.ir import IRModule
@@ -34,6 +33,7 @@ from database.records import (
     insert_record,
     insert_records,
     record_values,
+    same_workload,
     shash_of,
     workload_row_id,
 )
@@ -88,7 +88,7 @@ class TuneFarmDatabase(PyDatabase):
             return same[1]
         shash = shash_of(mod)
         for known, wid in self._ids.get(shash, []):
-            if tvm_ffi.structural_equal(known, mod):
+            if same_workload(known, mod):
                 self._by_identity[id(mod)] = (mod, wid)
                 return wid
         wid = self.storage.run(
@@ -178,6 +178,27 @@ class TuneFarmDatabase(PyDatabase):
             workload,
         )
 
+    def _replayed(self, wid: int, row: RecordRow, workload: Workload) -> TuningRecord | None:
+        """``row`` as a record of ``workload``; None (and a warning, once) when its trace does
+        not replay there, so one foreign record cannot stop a search."""
+        key = (wid, row.trace_json)
+        if self._unusable.get(key):
+            return None
+        try:
+            return self._to_record(row, workload)
+        except Exception as err:  # TVM's ScheduleError/InternalError for a foreign trace
+            return self._skip(key, err)
+
+    def _skip(self, key: tuple[int, str], err: Exception) -> None:
+        """Remember that a stored trace does not apply to its workload, and say so once."""
+        self._unusable[key] = True
+        log.warning(
+            "workload %d: a stored record's trace does not apply (%s); skipped. "
+            "Run 'tunefarm db check --fix' to repair the database.",
+            key[0],
+            type(err).__name__,
+        )
+
     def get_top_k(self, workload: Workload, top_k: int) -> list[TuningRecord]:
         if top_k <= 0:
             return []
@@ -193,7 +214,7 @@ class TuneFarmDatabase(PyDatabase):
         if self.scope is not None:
             query = query.where(RecordRow.target_key == self.scope.key)
         rows = self.storage.run(lambda s: list(s.scalars(query)), write=False)
-        own = [self._to_record(row, workload) for row in rows]
+        own = [rec for row in rows if (rec := self._replayed(wid, row, workload)) is not None]
         if len(own) >= top_k or self.seeds <= 0 or self.scope is None:
             return own
         seeds = [
@@ -315,14 +336,7 @@ class TuneFarmDatabase(PyDatabase):
                 self._unusable[key] = False
             return record
         except Exception as err:  # TVM's InternalError/ValueError for a foreign trace
-            self._unusable[key] = True
-            log.warning(
-                "workload %d: a stored record's trace does not apply (%s); skipped. "
-                "Run 'tunefarm db check --fix' to repair the database.",
-                wid,
-                type(err).__name__,
-            )
-            return None
+            return self._skip(key, err)
 
     def default_schedule_sec(self, mod: IRModule, target: tvm.target.Target) -> float | None:
         """Measured time of ``mod``'s untuned default schedule (an empty trace) on ``target``."""

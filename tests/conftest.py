@@ -151,14 +151,15 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             terminalreporter.write_line(line)
 
 
-def matmul_mod(n: int = 16, k: int = 16, m: int = 16) -> tvm.IRModule:
-    """A small static matmul PrimFunc as a MetaSchedule-normalized module."""
+def matmul_mod(n: int = 16, k: int = 16, m: int = 16, block: str = "C") -> tvm.IRModule:
+    """A small static matmul PrimFunc as a MetaSchedule-normalized module (its block named
+    ``block``)."""
     from tuner.pipeline import normalize
 
     a = te.placeholder((n, k), name="A")
     b = te.placeholder((k, m), name="B")
     r = te.reduce_axis((0, k), name="k")
-    c = te.compute((n, m), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
+    c = te.compute((n, m), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name=block)
     return normalize(te.create_prim_func([a, b, c]))
 
 

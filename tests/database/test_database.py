@@ -15,9 +15,9 @@ from database.queries import stats
 from tests.conftest import matmul_mod
 
 
-def _candidate(mod: tvm.IRModule, factor: int) -> tvm.s_tir.Schedule:
+def _candidate(mod: tvm.IRModule, factor: int, name: str = "C") -> tvm.s_tir.Schedule:
     sch = tvm.s_tir.Schedule(mod)
-    block = sch.get_sblock("C")
+    block = sch.get_sblock(name)
     i, _j, _k = sch.get_loops(block)
     sch.split(i, [None, factor])
     return sch
@@ -59,6 +59,48 @@ def test_record_round_trip_and_top_k(any_url: str) -> None:
     sch = db2.query_schedule(mod, target, "main")
     assert sch is not None
     assert tvm_ffi.structural_equal(sch.mod, _candidate(mod, 4).mod)
+
+
+def test_kernels_of_the_same_structure_with_other_block_names_are_other_workloads(
+    any_url: str,
+) -> None:
+    """Structural equality ignores block names, but traces find blocks by name: GPT-2's
+    ``add`` beside BERT's ``T_add`` in one team database made every search of the second
+    model stop with a ScheduleError (its records were the first model's). They are two
+    workloads, each with its own records; a foreign record already stored under a workload
+    (a database written before) is skipped by the search, not fatal."""
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
+    db = TuneFarmDatabase(Storage(any_url), target)
+    bert, gpt2 = matmul_mod(block="C"), matmul_mod(block="D")
+    assert tvm_ffi.structural_equal(bert, gpt2) and shash_of(bert) == shash_of(gpt2)
+    assert _measure(db, bert, _candidate(bert, 4), target, [1e-6])
+    assert not db.has_workload(gpt2)
+    assert db.get_top_k(db.commit_workload(gpt2), 4) == []
+    assert _measure(db, gpt2, _candidate(gpt2, 8, "D"), target, [2e-6])
+    fresh = TuneFarmDatabase(Storage(any_url), target)  # found again by names, from the rows
+    assert fresh.workload_id(bert) != fresh.workload_id(gpt2)
+    for mod, name, factor in ((bert, "C", 4), (gpt2, "D", 8)):
+        (top,) = fresh.get_top_k(fresh.commit_workload(mod), 4)
+        assert tvm_ffi.structural_equal(top.workload.mod, mod)
+        sch = fresh.query_schedule(mod, target, "main")
+        assert sch is not None
+        assert tvm_ffi.structural_equal(sch.mod, _candidate(mod, factor, name).mod)
+    # an old database's foreign record under BERT's workload: skipped by the search
+    workload = fresh.commit_workload(bert)
+    trace, _, _, args = TuningRecord(
+        _candidate(gpt2, 2, "D").trace, workload, None, target, ArgInfo.from_prim_func(bert["main"])
+    ).as_json()
+    foreign = Measurement(
+        workload=workload,
+        candidate_hash="f" * 16,
+        trace_json=trace,
+        args_info_json=args,
+        run_secs=[5e-7],
+        target=target,
+    )
+    assert fresh.add(foreign)
+    top = fresh.get_top_k(workload, 4)
+    assert [float(r.run_secs[0]) for r in top] == pytest.approx([1e-6])
 
 
 def test_failed_records_are_kept_but_never_chosen(any_url: str) -> None:

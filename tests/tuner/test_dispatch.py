@@ -316,29 +316,36 @@ def test_softmax_over_n_gets_a_correct_range_kernel(llvm_target) -> None:
 
 
 def _softmax_db(
-    path: Path, target: tvm.target.Target, records: dict[int, tuple[int, float]]
+    path: Path,
+    target: tvm.target.Target,
+    records: dict[int, tuple[int, float]],
+    model_file: str = "softmax_n.py",
+    var: str = "n",
+    scale: int = 1,
 ) -> TuneFarmDatabase:
-    """A database of ``softmax_n.py`` with, per bucket value of ``n``, one hand-made record
-    (every loop over ``n`` split by a tile) and its measured time: ``{value: (tile, sec)}``,
-    stored as a tune would store it."""
+    """A database of ``model_file`` (default ``softmax_n.py``) with, per bucket value of
+    ``var``, one hand-made record (every loop over ``scale * var`` split by a tile) and its
+    measured time: ``{value: (tile, sec)}``, stored as a tune would store it."""
     from tvm.s_tir import meta_schedule as ms
 
     from database import shash_of
     from tuner.pipeline import extract_tasks
     from tuner.symbolic.buckets import bucket_tasks
 
-    model = load_model(DATA / "softmax_n.py")
+    model = load_model(DATA / model_file)
     db = TuneFarmDatabase(Storage(f"sqlite:///{path}"), target)
     family = {t.name: shash_of(t.mod) for t in extract_tasks(prepare(model.mod, target), target)}
-    for bt in bucket_tasks(model.mod, target, {"n": sorted(records)}):
-        value, (tile, sec) = bt.bucket["n"], records[bt.bucket["n"]]
+    for bt in bucket_tasks(model.mod, target, {var: sorted(records)}):
+        value, (tile, sec) = bt.bucket[var], records[bt.bucket[var]]
         base = bt.task.name.split("[", 1)[0]
+        if base not in family:
+            continue  # a kernel of the specialized model only (the reshape folds away)
         db.workload_id(bt.task.mod, create=True, task_name=base, family=(family[base], bt.bucket))
         sch = tvm.s_tir.Schedule(bt.task.mod)
         for block in sch.get_child_blocks(sch.get_sblock("root")):
             for loop in sch.get_loops(block):
-                if int(sch.get(loop).extent) == value:  # every loop over n
-                    decision = [value // tile, tile]
+                if int(sch.get(loop).extent) == value * scale:  # every loop over var
+                    decision = [value * scale // tile, tile]
                     sch.split(loop, sch.sample_perfect_tile(loop, n=2, decision=decision))
         db.commit_tuning_record(
             ms.database.TuningRecord(
@@ -350,6 +357,28 @@ def _softmax_db(
             )
         )
     return db
+
+
+def test_flattened_rows_c_times_b_get_the_static_bucket_kernel(tmp_path, llvm_target) -> None:
+    """A ViT's tokens flattened to ``[b * 65, 128]``: the kernel's rows are ``c * b``, which
+    the dispatch used to leave to the generic (untuned) kernel at every batch. Now values up
+    to a bucket pad the rows to ``c * B`` and run the kernel tuned there; above the largest
+    bucket the generic kernel serves; every value matches numpy."""
+    from tuner.symbolic.rangekernel import coefficient
+
+    model = load_model(DATA / "flat_tokens_b.py")
+    prepared = prepare(model.mod, llvm_target)
+    (kernel,) = [f for f in prepared.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
+    rows = normalize(kernel)["main"].params[0].shape[0]
+    assert coefficient(rows, "b") == 5 and coefficient(rows, "n") is None
+    assert pad_values(normalize(kernel)["main"], "b") is not None  # rows padded with 0s
+    db = _softmax_db(tmp_path / "flat.db", llvm_target, {4: (4, 1e-6)}, "flat_tokens_b.py", "b", 5)
+    values = [1, 3, 4, 5]
+    results = bench(model, llvm_target, db, [{"b": v} for v in values], repeat=1, min_repeat_ms=1)
+    for value, res in zip(values, results, strict=True):
+        assert res.agree, (value, res.max_abs_err)
+        (chosen,) = res.kernels.values()
+        assert chosen == ("b4_static" if value <= 4 else "generic"), (value, res.kernels)
 
 
 def test_softmax_bucket_kernel_is_dispatched_with_inf_padding(tmp_path, llvm_target) -> None:

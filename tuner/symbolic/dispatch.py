@@ -45,12 +45,14 @@ from database import TuneFarmDatabase, shash_of
 from tuner.pipeline import normalize
 from tuner.symbolic.rangekernel import (
     RangeKernel,
+    coefficient,
     pad_values,
+    scaled,
     symbolic_var,
     transplant,
     work_degree,
 )
-from tuner.symbolic.walk import param_dims
+from tuner.symbolic.walk import dim_vars, param_dims
 
 # What a padded branch costs beyond its kernel. Measured on a 2-core x86 VM (AMD EPYC, TVM
 # 0.27, the untuned zeros/concat/strided_slice that LegalizeOps emits): padding x[1, 128] to 8
@@ -312,7 +314,11 @@ def _plan(
             continue  # the default schedule won: the generic kernel is that schedule already
         value = bucket[var.name]
         kname = f"{name}_{var.name}{value}"
-        rk: RangeKernel | None = transplant(norm["main"], record.trace, var.name)
+        rk: RangeKernel | None = (
+            None
+            if scaled(norm["main"], var.name)
+            else transplant(norm["main"], record.trace, var.name)
+        )
         if rk is not None:
             bk = BucketKernel(value, rk.tile, kname, level, mean_sec)
             plan.kernels.append((bk, _mark(rk.func, f"{var.name}={value}", rk.tile)))
@@ -350,8 +356,9 @@ def pad_buffers(
     params = list(func.params)
     for i, param in enumerate(params):
         shape = list(getattr(param, "shape", None) or ())
-        axes = sum(isinstance(d, tirx.Var) and d.name == var_name for d in shape)
+        coefs = [c for d in shape if (c := coefficient(d, var_name)) is not None]
         elements = math.prod(int(d) for d in shape if isinstance(d, tirx.IntImm))
+        axes, elements = len(coefs), elements * math.prod(coefs)
         output = i == len(params) - 1
         nonzero = not output and i < len(pads) and pads[i] != 0
         out.append(PadBuffer(elements, axes, output, nonzero))
@@ -380,11 +387,23 @@ def _replay(trace: Any, mod: tvm.IRModule) -> tirx.PrimFunc | None:
 
 
 def _model_var(sinfo: relax.TensorType, kernel_shape: list[Any], name: str) -> Any:
-    """The caller-side expression of the kernel's symbolic dim, and the model var inside it."""
+    """The model's variable behind the kernel's symbolic dim: the caller-side dim where the
+    kernel's is ``name`` (an expression where the caller passes one: not dispatched), the
+    variable of the caller's ``c * var`` where the kernel's is ``c * name``; None where the
+    kernel has no such dim."""
     for dim, kdim in zip(sinfo.shape.values, kernel_shape, strict=False):
-        if isinstance(kdim, tirx.Var) and kdim.name == name:
+        coef = coefficient(kdim, name)
+        if coef == 1:
             return dim
+        if coef is not None:
+            vars_ = list(dim_vars(dim))
+            return vars_[0] if coefficient(dim) == coef and len(vars_) == 1 else dim
     return None
+
+
+def _axes(shape: Any, name: str) -> list[tuple[int, int]]:
+    """(axis, c) of each dim of ``shape`` that is ``c * name``."""
+    return [(i, c) for i, d in enumerate(shape) if (c := coefficient(d, name)) is not None]
 
 
 def _emit_branch(
@@ -406,9 +425,12 @@ def _emit_branch(
     padded_args = []
     for arg, axes, pad in zip(args, site.pad_axes, site.plan.pads, strict=True):
         value: relax.Expr = arg
-        for axis in axes if tile > 1 else ():  # tile 1: nothing to pad
+        for axis, c in axes if tile > 1 else ():  # tile 1: nothing to pad
             shape = relax.ShapeExpr(
-                [padded - extent if i == axis else d for i, d in enumerate(value.ty.shape.values)]
+                [
+                    (padded - extent) * c if i == axis else d
+                    for i, d in enumerate(value.ty.shape.values)
+                ]
             )
             dtype = arg.ty.dtype
             fill = relax.op.zeros(shape, dtype)
@@ -417,8 +439,10 @@ def _emit_branch(
             value = builder.emit(relax.op.concat([value, builder.emit(fill)], axis=axis))
         padded_args.append(value)
     out_shape = list(out_sinfo.shape.values)
-    for axis in site.out_axes:
-        out_shape[axis] = padded
+    for axis, c in site.out_axes:
+        out_shape[axis] = padded * c
+    if static:  # the bucket's kernel has constant shapes: no scalar variable
+        padded_args = [a for a in padded_args if isinstance(a.ty, relax.TensorType)]
     call = relax.call_tir(
         kernel_gv,
         padded_args if static else [*padded_args, relax.prim_value(m)],
@@ -431,7 +455,11 @@ def _emit_branch(
     # in bounds (``v <= padded``): the slice's extent is ``v`` itself, not ``min(v, padded)``,
     # so the next kernel call sees the model's variable and can be dispatched too
     return relax.op.strided_slice(
-        full, axes=site.out_axes, begin=[0] * n, end=[extent] * n, assume_inbound=True
+        full,
+        axes=[a for a, _ in site.out_axes],
+        begin=[0] * n,
+        end=[extent * c for _, c in site.out_axes],
+        assume_inbound=True,
     )
 
 
@@ -471,8 +499,8 @@ class _Site:
 
     plan: _Plan
     model_var: tirx.Var
-    pad_axes: list[list[int]]  # per input: the axes the variable spans
-    out_axes: list[int]
+    pad_axes: list[list[tuple[int, int]]]  # per input: (axis, c) of each dim c * variable
+    out_axes: list[tuple[int, int]]
 
 
 _CALL_TIR = tvm.ir.Op.get("relax.call_tir")
@@ -498,15 +526,10 @@ def _site(call: relax.Call, prepared: tvm.IRModule, active: dict[str, _Plan]) ->
             break
     if model_var is None or not isinstance(model_var, tirx.Var):
         return None  # the caller's dim is an expression: keep the generic kernel
-    pad_axes = [
-        [i for i, d in enumerate(kp.shape) if isinstance(d, tirx.Var) and d.name == var_name]
-        for kp in kparams[: len(args)]
-    ]
-    out_axes = [
-        i
-        for i, d in enumerate(kparams[len(args)].shape)
-        if isinstance(d, tirx.Var) and d.name == var_name
-    ]
+    # a kernel whose buffers hold the variable only in expressions (``c * b``) takes it as a
+    # scalar too (a PrimValue argument): no axes
+    pad_axes = [_axes(getattr(kp, "shape", None) or (), var_name) for kp in kparams[: len(args)]]
+    out_axes = _axes(kparams[len(args)].shape, var_name)
     return _Site(plan, model_var, pad_axes, out_axes) if out_axes else None
 
 

@@ -43,6 +43,7 @@ from __future__ import annotations
 import heapq
 import math
 import statistics
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -247,6 +248,27 @@ def _pick(
 
 
 # ---------------------------------------------------------------------- the plan
+def tileable(v: int, bound: int | None) -> int:
+    """``v`` rounded up to a tileable bucket: a power of two up to 8, else a multiple of 8;
+    within ``bound`` (the model's upper bound of the variable, if any)."""
+    out = 1 << (v - 1).bit_length() if v <= 8 else -(-v // 8) * 8
+    return min(out, bound) if bound else out
+
+
+def powers_of_two(values: Iterable[int], bound: int | None) -> list[int]:
+    """Powers of two over the range of ``values`` (the one above the largest included),
+    within ``bound``: the planner's alternative to its own buckets."""
+    values = list(values)
+    top, low = tileable(max(values), bound), min(values) // 2
+    out, p = [], 1
+    while True:
+        if (bound is None or p <= bound) and p >= low:
+            out.append(p)
+        if p >= top or (bound is not None and p >= bound):
+            return out
+        p *= 2
+
+
 @dataclass(frozen=True)
 class PlannedTask:
     name: str  # the job's task name (``fused_matmul_add[s=64]``)
@@ -424,22 +446,10 @@ class Planner:
                 tm.curve = GainCurve(floor, tm.curve.tau, "roofline prior")
 
     def _nice(self, v: int) -> int:
-        out = 1 << (v - 1).bit_length() if v <= 8 else -(-v // 8) * 8
-        return min(out, self.bound) if self.bound else out
+        return tileable(v, self.bound)
 
     def _pow2(self) -> list[int]:
-        """Powers of two over the profile's range (the one above its largest value
-        included), within the model's bound."""
-        marg = self.profile.marginal(self.var)
-        top = self._nice(max(marg))
-        out, p = [], 1
-        while True:
-            if (self.bound is None or p <= self.bound) and p >= min(marg) // 2:
-                out.append(p)
-            if p >= top or (self.bound is not None and p >= self.bound):
-                break
-            p *= 2
-        return out
+        return powers_of_two(self.profile.marginal(self.var), self.bound)
 
     def _candidates(self) -> list[int]:
         qs = (0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 1.0)

@@ -39,6 +39,29 @@ def _uses(expr: Any, var_name: str) -> bool:
     return any(v.name == var_name for v in dim_vars(expr))
 
 
+def coefficient(dim: Any, var_name: str | None = None) -> int | None:
+    """``c`` where ``dim`` is ``c * var`` (1: the variable itself; ``var_name`` None: any
+    variable), as a flattened ``[b * 65, 128]`` of a ViT's tokens is; None for any other
+    dim."""
+    if isinstance(dim, tirx.Var):
+        return 1 if var_name is None or dim.name == var_name else None
+    if type(dim).__name__ == "Mul":
+        a, b = (dim.b, dim.a) if isinstance(dim.b, tirx.IntImm) else (dim.a, dim.b)
+        if isinstance(a, tirx.IntImm) and int(a.value) > 0 and coefficient(b, var_name) == 1:
+            return int(a.value)
+    return None
+
+
+def scaled(func: tirx.PrimFunc, var_name: str) -> bool:
+    """Whether a buffer of ``func`` has a dim ``c * var`` with ``c > 1`` (such a kernel gets
+    the static kernels of its buckets, never a range kernel)."""
+    return any(
+        (coefficient(d, var_name) or 1) > 1
+        for p in func.params
+        for d in getattr(p, "shape", None) or ()
+    )
+
+
 def symbolic_var(func: tirx.PrimFunc) -> tirx.Var | None:
     """The single symbolic variable of a kernel's buffer shapes (None if 0 or several)."""
     found = vars_of(func.params)
@@ -59,7 +82,8 @@ def pad_values(func: tirx.PrimFunc, var_name: str) -> dict[str, float] | None:
     """Per input buffer, the value to pad ``var_name``-sized dims with so that the rows below
     ``n`` are unchanged; None when no choice of 0, -inf or +inf does.
 
-    Every buffer shape must use the variable as a whole dimension. Blocks are checked in
+    Every buffer shape must use the variable as a whole dimension or a multiple of it
+    (``c * n``: padded at its tail, as ``n`` is). Blocks are checked in
     program order by abstract interpretation: for each axis over ``n`` of each intermediate
     buffer we know what its elements are where that index is padded (exactly 0, -inf, +inf,
     some finite value, or anything). A block reducing over ``n`` must see, at padded
@@ -70,7 +94,7 @@ def pad_values(func: tirx.PrimFunc, var_name: str) -> dict[str, float] | None:
     arithmetic uses ``n`` itself (a mean divides by it) cannot be padded."""
     for param in func.params:
         for dim in getattr(param, "shape", None) or ():
-            if _uses(dim, var_name) and not isinstance(dim, tirx.Var):
+            if _uses(dim, var_name) and coefficient(dim, var_name) is None:
                 return None
     padded_inputs = [
         p.name

@@ -2,7 +2,8 @@
 model tuned, then TuneFarm tuned / untuned vs its reference, torch.compile and ONNX Runtime),
 ``suite`` (the whole scoreboard, ``make bench``; see :mod:`benchmarks.suite`), ``symbolic``,
 ``database``, ``cost-model``, ``warm-start``, ``cost-model-study``, ``throughput``,
-``time-to-quality`` (:mod:`benchmarks.time_to_quality`), ``ceiling`` (:mod:`benchmarks.ceiling`).
+``time-to-quality`` (:mod:`benchmarks.time_to_quality`), ``ceiling`` (:mod:`benchmarks.ceiling`),
+``planner`` (:mod:`benchmarks.planner`: planned buckets against powers of two and hand choices).
 
 All ratios are measured side by side in one run. Usage::
 
@@ -17,49 +18,30 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# first argument -> the module whose ``main(argv)`` runs it
+PARTS: dict[str, str] = {
+    "models": "benchmarks.models",
+    "suite": "benchmarks.suite",
+    "symbolic": "benchmarks.symbolic",
+    "database": "benchmarks.database",
+    "cost-model": "benchmarks.cost_model",
+    "warm-start": "benchmarks.warm_start",
+    "cost-model-study": "benchmarks.cost_model_study",
+    "throughput": "benchmarks.throughput",
+    "time-to-quality": "benchmarks.time_to_quality",
+    "ceiling": "benchmarks.ceiling",
+    "planner": "benchmarks.planner",
+}
+
+
 def main(argv: list[str] | None = None) -> int:
+    import importlib
+
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "symbolic":
-        from benchmarks.symbolic import main as symbolic_main
-
-        return symbolic_main(argv[1:])
-    if argv and argv[0] == "suite":
-        from benchmarks.suite import main as suite_main
-
-        return suite_main(argv[1:])
-    if argv and argv[0] == "database":
-        from benchmarks.database import main as database_main
-
-        return database_main(argv[1:])
-    if argv and argv[0] == "cost-model":
-        from benchmarks.cost_model import main as cost_model_main
-
-        return cost_model_main(argv[1:])
-    if argv and argv[0] == "warm-start":
-        from benchmarks.warm_start import main as warm_start_main
-
-        return warm_start_main(argv[1:])
-    if argv and argv[0] == "cost-model-study":
-        from benchmarks.cost_model_study import main as study_main
-
-        return study_main(argv[1:])
-    if argv and argv[0] == "throughput":
-        from benchmarks.throughput import main as throughput_main
-
-        return throughput_main(argv[1:])
-    if argv and argv[0] == "time-to-quality":
-        from benchmarks.time_to_quality import main as ttq_main
-
-        return ttq_main(argv[1:])
-    if argv and argv[0] == "ceiling":
-        from benchmarks.ceiling import main as ceiling_main
-
-        return ceiling_main(argv[1:])
-    if argv and argv[0] == "models":
+    name = argv[0] if argv and argv[0] in PARTS else "models"
+    if argv and argv[0] in PARTS:
         argv = argv[1:]
-    from benchmarks.models import main as models_main
-
-    return models_main(argv)
+    return importlib.import_module(PARTS[name]).main(argv)
 
 
 if __name__ == "__main__":

@@ -8,9 +8,15 @@ Each bench runs in its own process (the ``tunefarm bench`` command itself): ther
 and the other runtimes are timed before any TVM kernel of that process, so neither tuning nor
 another model's TVM calls leave spinning pool threads behind them. ``make bench`` runs this as
 its ``models`` part (:func:`suite_part`); ``python -m benchmarks models`` on its own writes
-``benchmarks/results/<date>-<hostname>-models.json``. Usage::
+``benchmarks/results/<date>-<hostname>-models.json``.
 
-    python -m benchmarks models [--trials 32] [--models examples/transformer_encoder.pt2 ...]
+``--hf`` benches Hugging Face models as users bring them instead: BERT, GPT-2 (no cache) and
+ViT exported with plain ``torch.export`` by ``examples/export_hf_models.py`` (random weights,
+no download), their dims addressed as ``INPUT.AXIS``; ``--trials-per-task N`` gives each model
+N trials per bucket task (the model's budget is N times its task count). Usage::
+
+    python -m benchmarks models [--trials 32 | --trials-per-task 64]
+                                [--models examples/transformer_encoder.pt2 ... | --hf [NAME ...]]
                                 [--db URL] [--quick]
 """
 
@@ -36,6 +42,13 @@ MODELS: dict[str, dict[str, list[str]]] = {
     "examples/transformer_encoder.pt2": {"tune": ["s=16,64"], "bench": ["s=1,16,40,64,100"]},
     "examples/mlp_batch.onnx": {"tune": ["batch=1,16,64"], "bench": ["batch=1,16,40,64,129"]},
 }
+# Hugging Face models (examples/export_hf_models.py), "hf:NAME" -> as MODELS; every swept length
+# from 16 up, the buckets among them.
+HF_MODELS: dict[str, dict[str, list[str]]] = {
+    "hf:bert": {"tune": ["input_ids.1=16,64"], "bench": ["input_ids.1=16,32,64,100,128"]},
+    "hf:gpt2": {"tune": ["input_ids.1=16,64"], "bench": ["input_ids.1=16,32,64,100,128"]},
+    "hf:vit": {"tune": ["pixel_values.0=1,8"], "bench": ["pixel_values.0=1,4,8,16"]},
+}
 DEFAULT_MODELS = list(MODELS)
 SUITE_MODELS = ["examples/transformer_encoder.pt2", "examples/mlp_batch.onnx"]
 OTHER_RUNTIMES = ("torch.compile", "onnxruntime")
@@ -58,6 +71,29 @@ def _json_of(text: str) -> Any:
 
 def _shape_opts(values: list[str]) -> list[str]:
     return [a for v in values for a in ("--shape", v)]
+
+
+def export_hf(names: list[str], out: Path) -> dict[str, str]:
+    """Export the ``hf:NAME`` models to ``out`` (plain torch.export); ``hf:NAME`` -> path."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        from export_hf_models import export_all
+    finally:
+        sys.path.pop(0)
+    paths = export_all(out, [n.removeprefix("hf:") for n in names])
+    return {f"hf:{k}": str(v) for k, v in paths.items()}
+
+
+def task_count(path: str, shapes: list[str]) -> int:
+    """How many bucket tasks ``tunefarm tune PATH --shape ...`` tunes (deduplicated)."""
+    from tuner.model import load_model
+    from tuner.symbolic.buckets import bucket_tasks, choose_buckets, parse_shape_options
+    from tuner.targets import resolve_target
+
+    loaded = load_model(path)
+    target = resolve_target("llvm")
+    buckets = choose_buckets(loaded.mod, parse_shape_options(shapes), loaded.shape_vars)
+    return len(bucket_tasks(loaded.mod, target, buckets))
 
 
 def row_of(model: str, tune_sec: float, res: dict[str, Any]) -> dict[str, Any]:
@@ -102,21 +138,34 @@ def run(
     db: str | None = None,
     log: Any = print,
     timeout: int = 3600,
+    *,
+    trials_per_task: int | None = None,
 ) -> dict[str, Any]:
     """Tune each model (``tunefarm tune``) and bench it (``tunefarm bench --json -``), each in
-    its own process, with ``TVM_NUM_THREADS`` (every runtime's thread count) set."""
+    its own process, with ``TVM_NUM_THREADS`` (every runtime's thread count) set. Models named
+    ``hf:NAME`` are exported first (:func:`export_hf`). With ``trials_per_task``, each model's
+    budget is that many trials per bucket task instead of ``trials``."""
     env = dict(os.environ)
     env.setdefault("TVM_NUM_THREADS", str(os.cpu_count() or 1))
     tmp = tempfile.TemporaryDirectory(prefix="tunefarm-models-")
     url = db or f"sqlite:///{tmp.name}/models.db"
     rows: list[dict[str, Any]] = []
     failures: dict[str, str] = {}
+    budgets: dict[str, dict[str, int]] = {}
     with tmp:
+        hf = [m for m in models if m in HF_MODELS]
+        paths = export_hf(hf, Path(tmp.name) / "hf") if hf else {}
         for model in models:
-            spec = MODELS.get(model, {})
-            log(f"model {model}: tune ({trials} trials)")
+            spec = {**MODELS, **HF_MODELS}.get(model, {})
+            path = paths.get(model, model)
+            budget = trials
+            if trials_per_task is not None:
+                tasks = task_count(path, spec.get("tune", []))
+                budget = trials_per_task * tasks
+                budgets[model] = {"tasks": tasks, "trials": budget}
+            log(f"model {model}: tune ({budget} trials)")
             start = time.perf_counter()
-            tune_args = ["tune", model, "--trials", str(trials), "--db", url, "--seed", "0"]
+            tune_args = ["tune", path, "--trials", str(budget), "--db", url, "--seed", "0"]
             proc = _cli([*tune_args, *_shape_opts(spec.get("tune", []))], env, timeout)
             tune_sec = time.perf_counter() - start
             if proc.returncode != 0:
@@ -124,7 +173,7 @@ def run(
                 log(f"  {failures[model]}")
                 continue
             log(f"  tuned in {tune_sec:.0f} s; bench")
-            bench_args = ["bench", model, "--db", url, "--json", "-"]
+            bench_args = ["bench", path, "--db", url, "--json", "-"]
             proc = _cli([*bench_args, *_shape_opts(spec.get("bench", []))], env, timeout)
             try:
                 results = _json_of(proc.stdout)["results"]
@@ -136,6 +185,8 @@ def run(
     return {
         "threads": int(env["TVM_NUM_THREADS"]),
         "trials": trials,
+        "trials_per_task": trials_per_task,
+        "budgets": budgets,
         "note": (
             "*_ms: median of interleaved repeats; tuned_vs_X = X's time / tuned's time (above "
             "1 the tuned build is faster); torch.compile's warm-up compilation is excluded"
@@ -158,8 +209,13 @@ def print_table(data: dict[str, Any]) -> None:
 
     console = Console()
     table = Table(
-        title=f"models: TuneFarm vs the runtimes users pick, {data['trials']} trials, "
-        f"{data['threads']} threads each",
+        title="models: TuneFarm vs the runtimes users pick, "
+        + (
+            f"{data['trials_per_task']} trials per bucket task"
+            if data.get("trials_per_task")
+            else f"{data['trials']} trials"
+        )
+        + f", {data['threads']} threads each",
         caption="(N.NNx) = that runtime's time / tuned's time: above 1, tuned is faster",
     )
     cols = ["model", "shape", "tuned", "untuned", "reference", "torch.compile", "onnxruntime"]
@@ -194,14 +250,29 @@ def print_table(data: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks models", description=__doc__)
     parser.add_argument("--trials", type=int, default=32)
+    parser.add_argument(
+        "--trials-per-task", type=int, default=None, help="budget per bucket task (not --trials)"
+    )
     parser.add_argument("--models", nargs="*", default=DEFAULT_MODELS)
+    parser.add_argument(
+        "--hf",
+        nargs="*",
+        choices=[m.removeprefix("hf:") for m in HF_MODELS],
+        default=None,
+        help="Hugging Face models (all when none is named) instead of --models",
+    )
     parser.add_argument("--db", default=None, help="default: a fresh SQLite file")
     parser.add_argument("--quick", action="store_true", help="the .pt2 encoder only, 8 trials")
     parser.add_argument("--out", type=Path, default=None, help="results JSON path")
     args = parser.parse_args(argv)
-    models = SUITE_MODELS[:1] if args.quick else args.models
+    if args.trials_per_task is not None and args.trials_per_task < 1:
+        parser.error("--trials-per-task must be at least 1")
+    models = args.models
+    if args.hf is not None:
+        models = [f"hf:{n}" for n in args.hf] or list(HF_MODELS)
+    models = SUITE_MODELS[:1] if args.quick else models
     trials = 8 if args.quick else args.trials
-    data = run(models, trials, args.db)
+    data = run(models, trials, args.db, trials_per_task=args.trials_per_task, timeout=7200)
     print_table(data)
     out = args.out or results_path("models")
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -436,6 +436,14 @@ def _fmt(entry: dict[str, float], unit: str = "s") -> str:
     )
 
 
+def cold_counterpart(variant: str) -> str:
+    """The cold variant a warm one is compared with: the same search settings without the
+    history (``tunefarm-warm-g4`` -> ``tunefarm-g4``; ``-transfer`` is part of the warm
+    start, so ``tunefarm-warm-transfer`` -> ``tunefarm``)."""
+    rest = variant.removeprefix("tunefarm-warm").removeprefix("-transfer")
+    return "tunefarm" + rest
+
+
 def table(results: dict[str, Any]) -> str:
     """A markdown table of every workload's summary."""
     lines = [
@@ -453,7 +461,7 @@ def table(results: dict[str, Any]) -> str:
             )
             share = f"{e['search_share']['median']:.0%}" if "search_share" in e else "-"
             busy = f"{e['device_busy']['median']:.0%}" if "device_busy" in e else "-"
-            cold = res["summary"]["variants"].get("tunefarm")
+            cold = res["summary"]["variants"].get(cold_counterpart(variant))
             vs_cold = (
                 f"{e['wall_sec']['median'] / cold['wall_sec']['median']:.2f}x"
                 if cold and variant in WARM_VARIANTS and cold["wall_sec"]["median"]
@@ -490,8 +498,9 @@ def write_report(results: dict[str, Any], results_file: Path, report: Path) -> N
         table(results),
         "",
         "Device busy: the share of the devices' time spent measuring while the job had "
-        "budget left. Wall vs cold: a warm variant's median wall time over the cold "
-        "`tunefarm` job's, at the same trials.",
+        "budget left. Wall vs cold: a warm variant's median wall time over its cold "
+        "counterpart's (the same search settings without the history: `tunefarm-warm-g4` "
+        "over `tunefarm-g4`, the others over `tunefarm`), at the same trials.",
         "",
     ]
     for workload, res in results["workloads"].items():

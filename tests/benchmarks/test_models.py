@@ -3,6 +3,8 @@ per model and shape with every runtime's figures, rendered in the performance re
 
 from __future__ import annotations
 
+import pytest
+
 from benchmarks.models import MODELS, SUITE_MODELS, row_of
 from benchmarks.report import render
 from tuner.bench import BenchResult, RuntimeResult
@@ -56,3 +58,26 @@ def test_rows_carry_every_runtime_and_render_in_the_report() -> None:
 def test_suite_models_are_known() -> None:
     assert set(SUITE_MODELS) <= set(MODELS)
     assert all(MODELS[m].get("bench") for m in SUITE_MODELS)
+
+
+def test_hf_models_export_and_count_their_tasks(tmp_path) -> None:
+    """``--hf``: the models are exported with plain torch.export (no Dim names kept) and the
+    budget per bucket task multiplies the deduplicated task count of the model's buckets."""
+    pytest.importorskip("transformers", reason="needs transformers: pip install 'tunefarm[hf]'")
+    from benchmarks.models import HF_MODELS, export_hf, task_count
+
+    paths = export_hf(["hf:bert"], tmp_path)
+    assert list(paths) == ["hf:bert"] and paths["hf:bert"].endswith("bert.pt2")
+    one = task_count(paths["hf:bert"], ["input_ids.1=16"])
+    both = task_count(paths["hf:bert"], HF_MODELS["hf:bert"]["tune"])
+    # two layers share their kernels; a second bucket re-specializes the length-dependent ones
+    assert 10 < one < both <= 2 * one
+
+
+def test_trials_per_task_must_be_positive(capsys) -> None:
+    from benchmarks.models import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--hf", "bert", "--trials-per-task", "0"])
+    assert exit_info.value.code == 2
+    assert "--trials-per-task must be at least 1" in capsys.readouterr().err

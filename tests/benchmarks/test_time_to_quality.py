@@ -59,3 +59,12 @@ def test_table_reports_device_busy_and_a_warm_run_against_the_cold_one() -> None
     assert rows["tunefarm-warm"].endswith("| 70% | 0.25x | 1.20x |")
     assert rows["tunefarm"].endswith("| 50% | 0.50x | - |")
     assert rows["stock"].endswith("| - | - | - |")
+
+
+def test_warm_variants_are_compared_with_their_cold_counterpart() -> None:
+    from benchmarks.time_to_quality import WARM_VARIANTS, cold_counterpart
+
+    assert cold_counterpart("tunefarm-warm") == "tunefarm"
+    assert cold_counterpart("tunefarm-warm-transfer") == "tunefarm"
+    assert cold_counterpart("tunefarm-warm-g4") == "tunefarm-g4"
+    assert all(not cold_counterpart(v).startswith("tunefarm-warm") for v in WARM_VARIANTS)

@@ -1,0 +1,258 @@
+"""Buckets from traffic (issue 19's benchmark): the planner's buckets and trial split against
+powers-of-two buckets and hand choices of three buckets, at the same total trials, over three
+traffic profiles, measured as a user would: ``tunefarm tune`` then ``tunefarm bench
+--shape-profile`` (the traffic-weighted mean latency of the tuned build), each in its own
+process and its own fresh database.
+
+- **Profiles** (:func:`make_profile`, deterministic): ``narrow`` (values around 30, spread 5),
+  ``bimodal`` (60% around 8, 40% around 0.4 x the model's bound) and ``long-tail`` (log-normal,
+  median 24, to the bound), 20,000 samples each.
+- **Strategies** at the same ``--trials``: ``planned`` (``tune --shape-profile``; the plan's
+  predicted mean is read from ``tunefarm plan --json`` on the same empty database first),
+  ``pow2`` (the planner's own alternative, :func:`tuner.symbolic.planner.powers_of_two`) and
+  two hand choices of three buckets from the profile's quantiles (``hand-a``: p50, p90, max;
+  ``hand-b``: p25, p75, p99), each rounded up as the planner's candidates are
+  (:func:`~tuner.symbolic.planner.tileable`); ``best hand`` is the better
+  of the two as measured.
+- **Figures** per (model, profile): the measured traffic-weighted mean of each strategy (median
+  over seeds, with the range), planned / pow2, planned / best hand, and the plan's predicted
+  mean over the measured one (the prediction is kernel time only; the VM's own overhead is
+  not modelled).
+
+Usage::
+
+    python -m benchmarks planner [--models mlp transformer] [--profiles narrow bimodal long-tail]
+                                 [--trials 96] [--seeds 0 1 2] [--out PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import machine_header, results_path
+from benchmarks.models import _cli, _json_of
+from tuner.symbolic.planner import powers_of_two, tileable
+from tuner.symbolic.profile import profile_from_mapping
+
+ROOT = Path(__file__).resolve().parent.parent
+# name -> (model file, symbolic variable, its upper bound)
+WORKLOADS: dict[str, tuple[str, str, int]] = {
+    "mlp": ("examples/mlp_dynamic.py", "b", 512),
+    "transformer": ("examples/transformer_block_dynamic.py", "s", 256),
+}
+PROFILES = ("narrow", "bimodal", "long-tail")
+STRATEGIES = ("planned", "pow2", "hand-a", "hand-b")
+SAMPLES = 20_000
+
+
+def make_profile(kind: str, bound: int, samples: int = SAMPLES) -> dict[int, int]:
+    """A histogram (value -> count) of ``samples`` draws of the named traffic, in 1..bound."""
+    import numpy as np
+
+    rng = np.random.default_rng(19)
+    if kind == "narrow":
+        draws = rng.normal(30, 5, samples)
+    elif kind == "bimodal":
+        low = rng.normal(8, 2, int(samples * 0.6))
+        high = rng.normal(0.4 * bound, 0.04 * bound, samples - low.size)
+        draws = np.concatenate([low, high])
+    elif kind == "long-tail":
+        draws = rng.lognormal(math.log(24), 0.9, samples)
+    else:
+        raise ValueError(f"unknown profile {kind!r} (known: {', '.join(PROFILES)})")
+    values = np.clip(np.rint(draws), 1, bound).astype(int)
+    uniq, counts = np.unique(values, return_counts=True)
+    return {int(v): int(c) for v, c in zip(uniq, counts, strict=True)}
+
+
+def quantile(hist: dict[int, int], q: float) -> int:
+    """The least value with at least ``q`` of the traffic at or below it."""
+    return profile_from_mapping({"v": hist}, "benchmark").quantile("v", q)
+
+
+def hand_buckets(hist: dict[int, int], bound: int) -> dict[str, list[int]]:
+    """Two hand choices of three buckets from the profile's quantiles."""
+    pick = lambda qs: sorted({tileable(quantile(hist, q), bound) for q in qs})  # noqa: E731
+    return {"hand-a": pick((0.5, 0.9, 1.0)), "hand-b": pick((0.25, 0.75, 0.99))}
+
+
+def _run_one(
+    model: str,
+    var: str,
+    profile: Path,
+    strategy: str,
+    buckets: list[int] | None,
+    trials: int,
+    seed: int,
+    env: dict[str, str],
+    work: Path,
+) -> dict[str, Any]:
+    """Tune (fresh database) and bench over the profile; the traffic mean and what it took."""
+    url = f"sqlite:///{work}/{strategy}-{seed}.db"
+    out: dict[str, Any] = {"strategy": strategy, "seed": seed}
+    tune = ["tune", model, "--trials", str(trials), "--db", url, "--seed", str(seed), "--json"]
+    if buckets is None:
+        plan_args = ["plan", model, "--shape-profile", str(profile), "--trials", str(trials)]
+        plan = _cli([*plan_args, "--db", url, "--json"], env, 600)
+        if plan.returncode != 0:
+            return {**out, "error": f"plan failed: {(plan.stderr or plan.stdout).strip()[-300:]}"}
+        data = _json_of(plan.stdout)
+        out["predicted_sec"] = data["after_sec"]
+        out["alternatives"] = data.get("alternatives", {})
+        buckets = list(data["buckets"])
+        tune += ["--shape-profile", str(profile)]
+    else:
+        tune += ["--shape", f"{var}={','.join(map(str, buckets))}"]
+    out["buckets"] = buckets
+    start = time.perf_counter()
+    proc = _cli(tune, env, 3600)
+    out["tune_wall_sec"] = time.perf_counter() - start
+    if proc.returncode != 0:
+        return {**out, "error": f"tune failed: {(proc.stderr or proc.stdout).strip()[-300:]}"}
+    out["trials_measured"] = _json_of(proc.stdout).get("trials_measured")
+    bench = ["bench", model, "--db", url, "--shape-profile", str(profile), "--json", "-"]
+    proc = _cli([*bench, "--runtimes", "none"], env, 1800)
+    try:
+        stats = _json_of(proc.stdout)["traffic"]["stats"]
+    except (ValueError, KeyError):
+        return {**out, "error": f"bench failed: {(proc.stderr or proc.stdout).strip()[-300:]}"}
+    out["mean_sec"] = stats["tuned"]["mean_sec"]
+    out["p99_sec"] = stats["tuned"]["p99_sec"]
+    out["untuned_mean_sec"] = stats["untuned"]["mean_sec"]
+    return out
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over seeds per strategy, and the issue's three ratios (None where a strategy
+    has no figure)."""
+    by: dict[str, list[float]] = {}
+    for r in runs:
+        if r.get("mean_sec"):
+            by.setdefault(r["strategy"], []).append(r["mean_sec"])
+    med = {k: statistics.median(v) for k, v in by.items()}
+    rng = {k: [min(v), max(v)] for k, v in by.items()}
+    hands = [k for k in ("hand-a", "hand-b") if k in med]
+    best_hand = min(hands, key=lambda k: med[k]) if hands else None
+    predicted = [r["predicted_sec"] for r in runs if r.get("predicted_sec")]
+    out: dict[str, Any] = {"median_sec": med, "range_sec": rng, "best_hand": best_hand}
+    planned = med.get("planned")
+    out["planned_vs_pow2"] = planned / med["pow2"] if planned and "pow2" in med else None
+    out["planned_vs_best_hand"] = planned / med[best_hand] if planned and best_hand else None
+    out["predicted_vs_measured"] = (
+        statistics.median(predicted) / planned if planned and predicted else None
+    )
+    # repeats that spread by more than 25% are reported as noisy, not as ratios
+    out["noisy"] = sorted(k for k, (lo, hi) in rng.items() if med[k] and (hi - lo) / med[k] > 0.25)
+    return out
+
+
+def run(
+    models: list[str], profiles: list[str], trials: int, seeds: list[int], log: Any = print
+) -> dict[str, Any]:
+    env = dict(os.environ)
+    env.setdefault("TVM_NUM_THREADS", str(os.cpu_count() or 1))
+    cases = []
+    with tempfile.TemporaryDirectory(prefix="tunefarm-planner-") as tmp:
+        for name in models:
+            model, var, bound = WORKLOADS[name]
+            for kind in profiles:
+                hist = make_profile(kind, bound)
+                work = Path(tmp) / f"{name}-{kind}"
+                work.mkdir()
+                profile = work / "profile.json"
+                profile.write_text(json.dumps({var: {str(v): c for v, c in hist.items()}}))
+                choices: dict[str, list[int] | None] = {
+                    "planned": None,
+                    "pow2": powers_of_two(hist, bound),
+                    **hand_buckets(hist, bound),
+                }
+                runs = []
+                for seed in seeds:
+                    for strategy, buckets in choices.items():
+                        log(f"{name} {kind} seed {seed}: {strategy} {buckets or ''}")
+                        r = _run_one(
+                            model, var, profile, strategy, buckets, trials, seed, env, work
+                        )
+                        if r.get("error"):
+                            log(f"  {r['error']}")
+                        else:
+                            log(f"  mean {r['mean_sec'] * 1e6:.1f} us, buckets {r['buckets']}")
+                        runs.append(r)
+                cases.append(
+                    {
+                        "model": name,
+                        "profile": kind,
+                        "histogram": hist,
+                        "runs": runs,
+                        "summary": summarize(runs),
+                    }
+                )
+    return {
+        "threads": int(env["TVM_NUM_THREADS"]),
+        "trials": trials,
+        "seeds": seeds,
+        "cases": cases,
+    }
+
+
+def table_lines(data: dict[str, Any]) -> list[str]:
+    """The results as a markdown table (medians over seeds, us)."""
+    us = lambda s: f"{s * 1e6:.1f}" if s else "-"  # noqa: E731
+    ratio = lambda x: f"{x:.2f}x" if x else "-"  # noqa: E731
+    lines = [
+        f"{data['trials']} trials per job, seeds {', '.join(map(str, data['seeds']))}; "
+        "traffic-weighted mean latency of the tuned build (us, median over seeds)",
+        "",
+        "| model | profile | planned | pow2 | hand-a | hand-b | planned / pow2 "
+        "| planned / best hand | predicted / measured | noisy |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for case in data["cases"]:
+        s = case["summary"]
+        med = s["median_sec"]
+        bk = {r["strategy"]: r.get("buckets") or [] for r in case["runs"]}
+        cells = [f"{us(med.get(k))} ({','.join(map(str, bk.get(k, [])))})" for k in STRATEGIES]
+        lines.append(
+            f"| {case['model']} | {case['profile']} | "
+            + " | ".join(cells)
+            + f" | {ratio(s['planned_vs_pow2'])} | {ratio(s['planned_vs_best_hand'])} "
+            f"| {ratio(s['predicted_vs_measured'])} | {', '.join(s['noisy']) or '-'} |"
+        )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks planner", description=__doc__)
+    parser.add_argument("--models", nargs="*", choices=list(WORKLOADS), default=list(WORKLOADS))
+    parser.add_argument("--profiles", nargs="*", choices=PROFILES, default=list(PROFILES))
+    parser.add_argument("--trials", type=int, default=96)
+    parser.add_argument("--seeds", nargs="*", type=int, default=[0, 1, 2])
+    parser.add_argument("--out", type=Path, default=None, help="results JSON path")
+    args = parser.parse_args(argv)
+    if args.trials < 1 or not args.seeds:
+        parser.error("--trials must be at least 1 and --seeds must name one seed or more")
+    data = run(args.models, args.profiles, args.trials, args.seeds)
+    print("\n".join(table_lines(data)))
+    out = args.out or results_path("planner")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
+        json.dumps(
+            {"machine": machine_header(), "loadavg": list(os.getloadavg()), **data}, indent=2
+        )
+    )
+    print(f"wrote {out}")
+    failed = [r for c in data["cases"] for r in c["runs"] if r.get("error")]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -95,12 +95,14 @@ def _run_one(
     seed: int,
     env: dict[str, str],
     work: Path,
+    stages: int = 2,
 ) -> dict[str, Any]:
     """Tune (fresh database) and bench over the profile; the traffic mean and what it took."""
     url = f"sqlite:///{work}/{strategy}-{seed}.db"
     out: dict[str, Any] = {"strategy": strategy, "seed": seed}
     tune = ["tune", model, "--trials", str(trials), "--db", url, "--seed", str(seed), "--json"]
     if buckets is None:
+        tune += ["--stages", str(stages)]
         plan_args = ["plan", model, "--shape-profile", str(profile), "--trials", str(trials)]
         plan = _cli([*plan_args, "--db", url, "--json"], env, 600)
         if plan.returncode != 0:
@@ -118,7 +120,12 @@ def _run_one(
     out["tune_wall_sec"] = time.perf_counter() - start
     if proc.returncode != 0:
         return {**out, "error": f"tune failed: {(proc.stderr or proc.stdout).strip()[-300:]}"}
-    out["trials_measured"] = _json_of(proc.stdout).get("trials_measured")
+    tuned = _json_of(proc.stdout)
+    out["trials_measured"] = tuned.get("trials_measured")
+    if "stages" in tuned:  # the build dispatches over every bucket any stage tuned
+        out["stage_buckets"] = [st["plan"]["buckets"] for st in tuned["stages"]]
+        out["buckets"] = sorted({b for bs in out["stage_buckets"] for b in bs})
+        out["replanned_sec"] = tuned["plan"]["after_sec"]
     bench = ["bench", model, "--db", url, "--shape-profile", str(profile), "--json", "-"]
     proc = _cli([*bench, "--runtimes", "none"], env, 1800)
     try:
@@ -142,7 +149,12 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     rng = {k: [min(v), max(v)] for k, v in by.items()}
     hands = [k for k in ("hand-a", "hand-b") if k in med]
     best_hand = min(hands, key=lambda k: med[k]) if hands else None
-    predicted = [r["predicted_sec"] for r in runs if r.get("predicted_sec")]
+    # the prediction of the plan the job ended with (re-planned from the first stages'
+    # measurements), and of the first plan, made from an empty database
+    predicted = [
+        r.get("replanned_sec") or r["predicted_sec"] for r in runs if r.get("predicted_sec")
+    ]
+    first = [r["predicted_sec"] for r in runs if r.get("predicted_sec")]
     out: dict[str, Any] = {"median_sec": med, "range_sec": rng, "best_hand": best_hand}
     planned = med.get("planned")
     out["planned_vs_pow2"] = planned / med["pow2"] if planned and "pow2" in med else None
@@ -150,13 +162,21 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out["predicted_vs_measured"] = (
         statistics.median(predicted) / planned if planned and predicted else None
     )
+    out["first_predicted_vs_measured"] = (
+        statistics.median(first) / planned if planned and first else None
+    )
     # repeats that spread by more than 25% are reported as noisy, not as ratios
     out["noisy"] = sorted(k for k, (lo, hi) in rng.items() if med[k] and (hi - lo) / med[k] > 0.25)
     return out
 
 
 def run(
-    models: list[str], profiles: list[str], trials: int, seeds: list[int], log: Any = print
+    models: list[str],
+    profiles: list[str],
+    trials: int,
+    seeds: list[int],
+    stages: int = 2,
+    log: Any = print,
 ) -> dict[str, Any]:
     env = dict(os.environ)
     env.setdefault("TVM_NUM_THREADS", str(os.cpu_count() or 1))
@@ -180,7 +200,16 @@ def run(
                     for strategy, buckets in choices.items():
                         log(f"{name} {kind} seed {seed}: {strategy} {buckets or ''}")
                         r = _run_one(
-                            model, var, profile, strategy, buckets, trials, seed, env, work
+                            model,
+                            var,
+                            profile,
+                            strategy,
+                            buckets,
+                            trials,
+                            seed,
+                            env,
+                            work,
+                            stages,
                         )
                         if r.get("error"):
                             log(f"  {r['error']}")
@@ -199,6 +228,7 @@ def run(
     return {
         "threads": int(env["TVM_NUM_THREADS"]),
         "trials": trials,
+        "stages": stages,
         "seeds": seeds,
         "cases": cases,
     }
@@ -209,11 +239,12 @@ def table_lines(data: dict[str, Any]) -> list[str]:
     us = lambda s: f"{s * 1e6:.1f}" if s else "-"  # noqa: E731
     ratio = lambda x: f"{x:.2f}x" if x else "-"  # noqa: E731
     lines = [
-        f"{data['trials']} trials per job, seeds {', '.join(map(str, data['seeds']))}; "
+        f"{data['trials']} trials per job ({data.get('stages', 1)} planned stage(s)), seeds "
+        f"{', '.join(map(str, data['seeds']))}; "
         "traffic-weighted mean latency of the tuned build (us, median over seeds)",
         "",
         "| model | profile | planned | pow2 | hand-a | hand-b | planned / pow2 "
-        "| planned / best hand | predicted / measured | noisy |",
+        "| planned / best hand | predicted / measured (first plan) | noisy |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for case in data["cases"]:
@@ -225,7 +256,8 @@ def table_lines(data: dict[str, Any]) -> list[str]:
             f"| {case['model']} | {case['profile']} | "
             + " | ".join(cells)
             + f" | {ratio(s['planned_vs_pow2'])} | {ratio(s['planned_vs_best_hand'])} "
-            f"| {ratio(s['predicted_vs_measured'])} | {', '.join(s['noisy']) or '-'} |"
+            f"| {ratio(s['predicted_vs_measured'])} "
+            f"({ratio(s.get('first_predicted_vs_measured'))}) | {', '.join(s['noisy']) or '-'} |"
         )
     return lines
 
@@ -236,11 +268,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profiles", nargs="*", choices=PROFILES, default=list(PROFILES))
     parser.add_argument("--trials", type=int, default=96)
     parser.add_argument("--seeds", nargs="*", type=int, default=[0, 1, 2])
+    parser.add_argument(
+        "--stages", type=int, default=2, help="the planned jobs' --stages (1: no re-plan)"
+    )
     parser.add_argument("--out", type=Path, default=None, help="results JSON path")
     args = parser.parse_args(argv)
-    if args.trials < 1 or not args.seeds:
-        parser.error("--trials must be at least 1 and --seeds must name one seed or more")
-    data = run(args.models, args.profiles, args.trials, args.seeds)
+    if args.trials < 1 or args.stages < 1 or not args.seeds:
+        parser.error(
+            "--trials and --stages must be at least 1 and --seeds must name one seed or more"
+        )
+    data = run(args.models, args.profiles, args.trials, args.seeds, args.stages)
     print("\n".join(table_lines(data)))
     out = args.out or results_path("planner")
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -74,7 +74,7 @@ def test_summary_ratios_take_the_better_hand_choice_and_flag_noise() -> None:
     data = {"trials": 8, "seeds": [0, 1, 2], "cases": []}
     data["cases"].append({"model": "mlp", "profile": "narrow", "runs": runs, "summary": s})
     (row,) = [line for line in table_lines(data) if line.startswith("| mlp")]
-    assert "| 0.80x | 0.89x | 0.90x | - |" in row and "8000000.0 (8)" in row
+    assert "| 0.80x | 0.89x | 0.90x (0.90x) | - |" in row and "8000000.0 (8)" in row
 
 
 @pytest.mark.slow
@@ -89,5 +89,7 @@ def test_a_planned_run_plans_tunes_and_benches_over_the_profile(tmp_path: Path) 
     r = _run_one(model, var, profile, "planned", None, 6, 0, env, tmp_path)
     assert "error" not in r, r.get("error")
     assert r["predicted_sec"] > 0 and r["buckets"] and r["trials_measured"] <= 6
+    assert len(r["stage_buckets"]) == 2  # re-planned once (--stages 2)
+    assert set(r["buckets"]) == {b for bs in r["stage_buckets"] for b in bs}
     assert 0 < r["mean_sec"] < r["untuned_mean_sec"] * 2
     assert (tmp_path / "planned-0.db").exists()

@@ -119,6 +119,20 @@ def test_plan_from_priors_respects_the_budget(tmp_path: Path, llvm_target) -> No
     assert any(20 <= b <= 64 for b in plan.buckets)
     with pytest.raises(TuneFarmError, match="cannot measure even the default schedules"):
         planner.plan(1)
+    # nothing is recorded: counting only the new records plans the same
+    assert planner.plan(24, new_only=True).task_trials() == plan.task_trials()
+
+
+def test_stages_share_the_new_trials(tmp_path: Path) -> None:
+    from tuner.cli.run import stage_budgets
+
+    assert stage_budgets(64, 2) == [32, 32]
+    assert stage_budgets(5, 3) == [2, 2, 1]
+    assert stage_budgets(1, 2) == [1]
+    profile = tmp_path / "p.csv"
+    profile.write_text("var,value,count\nb,20,5\n")
+    args = ["tune", str(MLP), "--shape-profile", str(profile), "--stages", "0"]
+    one_line_error(runner.invoke(app, args), "--stages must be at least 1")
 
 
 @pytest.mark.slow
@@ -132,13 +146,19 @@ def test_plan_tune_replan_and_bench_over_the_profile(tmp_path: Path) -> None:
     args = ["plan", str(model), "--shape-profile", str(profile), "--db", url]
     result = runner.invoke(app, [*args, "--trials", "10", "--tune", "--seed", "0", "--json"])
     assert result.exit_code == 0, result.output
-    job = json.loads(result.output)  # one document: the job, with the plan it ran
-    first = job["plan"]
-    planned = {t["name"]: t["trials"] for t in first["tasks"]}
+    job = json.loads(result.output)  # one document: the stages' jobs, each with its plan
+    assert len(job["stages"]) == 2 and job["plan"] == job["stages"][-1]["plan"]
+    assert job["trials_measured"] == sum(s["trials_measured"] for s in job["stages"]) <= 10
+    # each stage stored exactly what its plan split per task; the second was planned with
+    # the first's records in the database (counted, not spent again)
+    planned: dict[str, int] = {}
+    for i, stage in enumerate(job["stages"]):
+        split = {t["name"]: t["trials"] for t in stage["plan"]["tasks"]}
+        assert {t["name"]: t["trials"] for t in stage["tasks"]} == split
+        if i == 0:
+            assert all(t["recorded"] == 0 for t in stage["plan"]["tasks"])
+        planned.update(split)
     assert sum(planned.values()) <= 10
-    # the job stored exactly what the plan split per task
-    stored = {t["name"]: t["trials"] for t in job["tasks"]}
-    assert stored == planned
     # re-planning reads the new measurements: measured bests, the records counted
     again = runner.invoke(app, [*args, "--trials", "20", "--json"])
     assert again.exit_code == 0, again.output

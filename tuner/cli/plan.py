@@ -41,6 +41,15 @@ ShapeProfileOpt = Annotated[
     ),
 ]
 
+StagesOpt = Annotated[
+    int,
+    typer.Option(
+        "--stages",
+        help="With --shape-profile: spend the budget in this many stages, each re-planned from "
+        "what the earlier ones measured (1: the first plan only).",
+    ),
+]
+
 profile_app = typer.Typer(
     help="Shape profiles: histograms of the symbolic dims' values in production traffic.",
     no_args_is_help=True,
@@ -68,11 +77,10 @@ def make_plan(
     db: str | None,
     entry: str,
     keep_params: bool,
-) -> tuple[Any, Any, Any, Any]:
-    """(loaded model, target, storage, plan) for ``plan`` and ``plan --tune``."""
-    from database import TuneFarmDatabase
+) -> tuple[Any, Any, Any, Any, Any]:
+    """(loaded model, target, storage, profile, plan) for ``plan`` and ``tune
+    --shape-profile``."""
     from tuner.model import load_model
-    from tuner.symbolic.planner import Planner
     from tuner.symbolic.profile import load_profile
     from tuner.targets import resolve_target
 
@@ -83,8 +91,18 @@ def make_plan(
     tgt = resolve_target(target, arch)
     storage = open_storage(db)
     loaded = load_model(model, entry, keep_params=keep_params)
+    return loaded, tgt, storage, profile, replan(loaded, tgt, storage, profile, trials)
+
+
+def replan(
+    loaded: Any, tgt: Any, storage: Any, profile: Any, trials: int, *, new_only: bool = False
+) -> Any:
+    """The plan from what the database holds now (``new_only``: ``trials`` new records)."""
+    from database import TuneFarmDatabase
+    from tuner.symbolic.planner import Planner
+
     planner = Planner(loaded.mod, tgt, TuneFarmDatabase(storage), profile, loaded.shape_vars)
-    return loaded, tgt, storage, planner.plan(trials)
+    return planner.plan(trials, new_only=new_only)
 
 
 def plan_tables(plan: Any) -> list[Any]:
@@ -194,6 +212,7 @@ def plan(
     ] = None,
     seed: SeedOpt = None,
     cost_model: CostModelOpt = "tunefarm",
+    stages: StagesOpt = 2,
 ) -> None:
     """Choose the buckets and the trial split per task that minimise the expected latency of
     MODEL over the traffic of a shape profile, from what the database knows; --tune runs it."""
@@ -213,11 +232,10 @@ def plan(
             as_json=as_json,
             cost_model=cost_model,
             shape_profile=shape_profile,
+            stages=stages,
         )
         return
-    _, _, _, the_plan = make_plan(
-        model, shape_profile, trials, target, arch, db, entry, keep_params
-    )
+    *_, the_plan = make_plan(model, shape_profile, trials, target, arch, db, entry, keep_params)
     if as_json:
         print(json.dumps(the_plan.to_dict(), indent=2, default=str))
     else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -65,10 +65,12 @@ def tune(
     transfer: TransferOpt = False,
     shape_profile: cli_plan.ShapeProfileOpt = None,
     search: SearchOpt = "auto",
+    stages: cli_plan.StagesOpt = 2,
 ) -> None:
     """Tune MODEL's kernels on Ray workers and store the best schedules in the database.
 
-    With --shape-profile, the buckets and the trials per task are the plan's (tunefarm plan)."""
+    With --shape-profile, the buckets and the trials per task are the plan's (tunefarm plan),
+    re-planned between --stages from the measurements."""
     from tuner.job import TuneConfig
     from tuner.job import tune as run_tune
     from tuner.model import load_model
@@ -80,22 +82,10 @@ def tune(
     check_model_file(model)
     if shape_profile is not None and shape:
         raise TuneFarmError("give --shape or --shape-profile, not both")
+    if stages < 1:
+        raise TuneFarmError(f"--stages must be at least 1 (got {stages})")
     given = parse_shape_options(shape or [])
     ray_addr = ray_address(address)  # before loading the model or creating a job
-    task_trials, plan = None, None
-    if shape_profile is not None:
-        loaded, tgt, storage, plan = cli_plan.make_plan(
-            model, shape_profile, trials, target, arch, db, entry, keep_params
-        )
-        if not as_json:
-            cli_plan.print_plan(plan)
-        trials, task_trials = plan.trials, plan.task_trials()
-        buckets: dict[str, list[int]] | None = {plan.var: list(plan.buckets)}
-    else:
-        tgt = resolve_target(target, arch)
-        loaded = load_model(model, entry, keep_params=keep_params)
-        buckets = choose_buckets(loaded.mod, given, loaded.shape_vars)
-        storage = open_storage(db)
     config = TuneConfig(
         trials=trials,
         trials_per_iter=per_iter,
@@ -104,9 +94,27 @@ def tune(
         measure=MeasureConfig(min_repeat_ms=min_repeat_ms),
         cost_model=cost_model,
         transfer=transfer,
-        task_trials=task_trials,
         search=search,
     )
+    if shape_profile is not None:
+        _tune_planned(
+            model,
+            shape_profile,
+            stages,
+            config,
+            target,
+            arch,
+            db,
+            entry,
+            keep_params,
+            ray_addr,
+            as_json,
+        )
+        return
+    tgt = resolve_target(target, arch)
+    loaded = load_model(model, entry, keep_params=keep_params)
+    buckets = choose_buckets(loaded.mod, given, loaded.shape_vars)
+    storage = open_storage(db)
     summary = run_tune(
         loaded.mod,
         tgt,
@@ -118,12 +126,95 @@ def tune(
         buckets=buckets,
     )
     if as_json:
-        out = summary.to_dict()
-        if plan is not None:
-            out["plan"] = plan.to_dict()
-        print(json.dumps(out, indent=2, default=str))
+        print(json.dumps(summary.to_dict(), indent=2, default=str))
         return
     print_tune_summary(summary)
+
+
+def stage_budgets(new_trials: int, stages: int) -> list[int]:
+    """``new_trials`` split into ``stages`` near-equal parts (earlier stages the larger),
+    none empty."""
+    stages = max(1, min(stages, new_trials))
+    return [new_trials // stages + (i < new_trials % stages) for i in range(stages)]
+
+
+def _tune_planned(
+    model: Path,
+    profile_path: Path,
+    stages: int,
+    config: Any,
+    target: str,
+    arch: str | None,
+    db: str | None,
+    entry: str,
+    keep_params: bool,
+    address: str | None,
+    as_json: bool,
+) -> None:
+    """``tune --shape-profile``: the plan's buckets and split, in ``stages`` jobs that share
+    the new trials the first plan would add; each stage after the first is re-planned from
+    the database, so it sees the measured defaults, bests, tiles and gain curves of the
+    earlier ones. A stage whose budget cannot measure one bucket's defaults passes its
+    trials on to the next."""
+    from dataclasses import replace
+
+    from tuner.job import tune as run_tune
+    from workers.connection import RayConnection
+
+    loaded, tgt, storage, profile, first = cli_plan.make_plan(
+        model, profile_path, config.trials, target, arch, db, entry, keep_params
+    )
+    total = sum(max(0, t.trials - t.recorded) for t in first.tasks)
+    budgets = stage_budgets(total, stages) if total else [0]
+    done: list[tuple[Any, Any]] = []
+    spent = carried = 0
+    with RayConnection(address):  # one Ray instance for every stage
+        for i, share in enumerate(budgets):
+            last = i == len(budgets) - 1
+            if len(budgets) == 1:
+                plan = first
+            else:
+                want = share + carried if not last else total - spent
+                try:
+                    plan = cli_plan.replan(loaded, tgt, storage, profile, want, new_only=True)
+                except TuneFarmError:
+                    if last:
+                        raise
+                    carried += share
+                    continue
+                carried = 0
+            if not as_json:
+                if len(budgets) > 1:
+                    console.print(f"[bold]stage {i + 1} of {len(budgets)}[/bold]")
+                cli_plan.print_plan(plan)
+            stage_config = replace(
+                config,
+                trials=plan.trials,
+                task_trials=plan.task_trials(),
+                job_name=f"{config.job_name}-{i + 1}" if config.job_name and i else config.job_name,
+            )
+            summary = run_tune(
+                loaded.mod,
+                tgt,
+                storage,
+                stage_config,
+                address=address,
+                model_name=model.stem,
+                progress=None if as_json else LiveProgress(console),
+                buckets={plan.var: list(plan.buckets)},
+            )
+            spent += summary.trials_measured
+            done.append((plan, summary))
+            if not as_json:
+                print_tune_summary(summary)
+    if as_json:
+        out = {
+            "plan": done[-1][0].to_dict(),
+            "trials_measured": sum(s.trials_measured for _, s in done),
+            "wall_sec": sum(s.wall_sec for _, s in done),
+            "stages": [{**s.to_dict(), "plan": p.to_dict()} for p, s in done],
+        }
+        print(json.dumps(out, indent=2, default=str))
 
 
 def print_tune_summary(summary: JobSummary) -> None:

@@ -74,6 +74,7 @@ PRIOR_MIN_SEC = 2e-6  # ... plus this per call
 # rate (a roofline floor: an x[1, 256] @ W[256, 512] streams its 512 KB weight whatever the
 # schedule; measured on the 2-core VM, the MLP's b=1 kernels ran at about 30 GB/s).
 PRIOR_BYTES_PER_SEC = 20e9
+EVEN_FLOOR = 8  # trials per task the first split's weights assume at least (see split)
 MAX_CANDIDATES = 10
 MAX_BUCKETS = 4
 MAX_VALUES = 48
@@ -349,6 +350,7 @@ class Planner:
         self.bound = upper_bounds(mod).get(self.var)
         self.values = [(s[self.var], w) for s, w in profile.representatives(MAX_VALUES)]
         self.curve, self.family_curves = fit_curves(db, target)
+        self.new_only = False
         self._analyse()
 
     # ------------------------------------------------------------------ setup
@@ -508,8 +510,11 @@ class Planner:
 
     # ------------------------------------------------------------------ trials
     def _base(self, buckets: tuple[int, ...]) -> tuple[Chosen, dict[str, int], int]:
+        # a kernel with no task at a bucket (its specialization there is structurally another
+        # kernel's, named after that one) has no bucket kernel there: generic
         chosen = {
-            km.name: {b: max(km.at[b].recorded, 1) for b in buckets} for km in self.kernels.values()
+            km.name: {b: max(km.at[b].recorded, 1) for b in buckets if b in km.at}
+            for km in self.kernels.values()
         }
         statics = {n: max(t.recorded, 1) for n, t in self.statics.items()}
         used = sum(sum(c.values()) for c in chosen.values()) + sum(statics.values())
@@ -519,15 +524,24 @@ class Planner:
         self, buckets: tuple[int, ...], budget: int
     ) -> tuple[Chosen, dict[str, int], float] | None:
         """The greedy trial split for ``buckets`` (None: the budget cannot even measure
-        each task's default), and its expected latency."""
+        each task's default), and its expected latency. ``budget`` counts the chosen tasks'
+        records after the job; with :attr:`new_only`, only the records the job adds."""
         chosen, statics, used = self._base(buckets)
+        if self.new_only:  # the records the chosen tasks hold already are not spent
+            held = sum(
+                tm.recorded for k in self.kernels.values() for b, tm in k.at.items() if b in buckets
+            ) + sum(t.recorded for t in self.statics.values())
+            budget += held
         if used > budget:
             return None
         best: tuple[Chosen, dict[str, int], float] | None = None
         # the first split weighs tasks by the traffic they serve with the budget spread
         # evenly (at one trial each, the default, no bucket kernel beats the generic one)
+        # (at least EVEN_FLOOR each: a set of many buckets spreads a budget to one or two
+        # trials a task, where no bucket kernel beats the generic one and nothing would ever
+        # get a trial, so sets of many buckets lost to one by construction)
         n = sum(len(c) for c in chosen.values()) + len(statics)
-        even = max(1, budget // max(n, 1))
+        even = max(EVEN_FLOOR, budget // max(n, 1))
         weights_from = {k: {b: max(t, even) for b, t in v.items()} for k, v in chosen.items()}
         for _ in range(2):
             c, s = self._allocate(chosen, statics, weights_from, budget - used)
@@ -628,7 +642,11 @@ class Planner:
         }
         return chosen, {n: t.recorded for n, t in self.statics.items()}
 
-    def plan(self, budget: int) -> Plan:
+    def plan(self, budget: int, *, new_only: bool = False) -> Plan:
+        """The plan for ``budget`` trials: the records of the planned tasks after the job
+        (those already stored count), or with ``new_only`` the records the job adds (a
+        re-plan between the stages of one budget, :func:`stage_budgets`)."""
+        self.new_only = new_only
         buckets, chosen, statics, after = self.search(budget)
         before_c, before_s = self.before()
         untuned_c: Chosen = {k: {} for k in self.kernels}

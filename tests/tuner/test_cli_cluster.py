@@ -58,7 +58,9 @@ def cluster():
         yield procs
 
 
-def test_workers_jobs_submit_status_logs(cluster: RayProcesses, tmp_path: Path) -> None:
+def test_workers_jobs_submit_status_logs(
+    cluster: RayProcesses, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     env = {"RAY_AUTH_TOKEN": cluster.token}
     addr = ["--address", cluster.dashboard]
 
@@ -105,7 +107,7 @@ def test_workers_jobs_submit_status_logs(cluster: RayProcesses, tmp_path: Path) 
     job = sub.output.split("submitted ", 1)[1].split()[0]
     assert job.startswith("tunefarm-cli-test-")
 
-    # while it runs: the device runner sits on the node that advertises tunefarm_cpu
+    # while it runs, `workers` may show the device runner (a short job can end between polls)
     seen_runner, deadline = None, time.time() + 240
     while time.time() < deadline:
         st = json.loads(runner.invoke(app, ["status", job, *addr, "--json"], env=env).output)
@@ -115,12 +117,25 @@ def test_workers_jobs_submit_status_logs(cluster: RayProcesses, tmp_path: Path) 
         for r in rows:
             if r["runners"]:
                 seen_runner = (r["head"], r["runners"])
-        time.sleep(1.0)
+        time.sleep(0.5)
     follow = runner.invoke(app, ["logs", job, *addr, "--follow"], env=env)
     assert follow.exit_code == 0, follow.output[-3000:]
     assert "job cli-test" in follow.output and f"job {job} SUCCEEDED" in follow.output
-    assert seen_runner is not None and seen_runner[0] is False, seen_runner
-    assert seen_runner[1][0].startswith("runner cpu@")
+    if seen_runner is not None:
+        assert seen_runner[0] is False and seen_runner[1][0].startswith("runner cpu@"), seen_runner
+    # the device runner sat on the node that advertises tunefarm_cpu: Ray's state API keeps
+    # the job's actors after they end, so this holds however short the job was
+    from tuner.cluster.client import RUNNER_CLASSES, state_get
+
+    monkeypatch.setenv("RAY_AUTH_TOKEN", cluster.token)
+    worker_node = nodes[1]["node_id"]
+    placed = [
+        (a.get("node_id"), a.get("repr_name") or "")
+        for a in state_get(cluster.dashboard, "actors")
+        if a.get("class_name") in RUNNER_CLASSES
+    ]
+    assert placed and all(nid == worker_node for nid, _ in placed), placed
+    assert any(name.startswith("runner cpu@") for _, name in placed), placed
 
     listed = json.loads(runner.invoke(app, ["jobs", *addr, "--json"], env=env).output)
     mine = [j for j in listed if j["id"] == job]

@@ -177,10 +177,23 @@ def run(
     seeds: list[int],
     stages: int = 2,
     log: Any = print,
+    save: Any = None,
 ) -> dict[str, Any]:
+    """Every (model, profile, seed, strategy) run; ``save(data)`` is called after each one
+    with the results so far (a long benchmark cut off keeps what it measured)."""
     env = dict(os.environ)
     env.setdefault("TVM_NUM_THREADS", str(os.cpu_count() or 1))
-    cases = []
+    cases: list[dict[str, Any]] = []
+
+    def data(extra: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "threads": int(env["TVM_NUM_THREADS"]),
+            "trials": trials,
+            "stages": stages,
+            "seeds": seeds,
+            "cases": cases + extra,
+        }
+
     with tempfile.TemporaryDirectory(prefix="tunefarm-planner-") as tmp:
         for name in models:
             model, var, bound = WORKLOADS[name]
@@ -195,7 +208,8 @@ def run(
                     "pow2": powers_of_two(hist, bound),
                     **hand_buckets(hist, bound),
                 }
-                runs = []
+                runs: list[dict[str, Any]] = []
+                case = {"model": name, "profile": kind, "histogram": hist, "runs": runs}
                 for seed in seeds:
                     for strategy, buckets in choices.items():
                         log(f"{name} {kind} seed {seed}: {strategy} {buckets or ''}")
@@ -216,22 +230,11 @@ def run(
                         else:
                             log(f"  mean {r['mean_sec'] * 1e6:.1f} us, buckets {r['buckets']}")
                         runs.append(r)
-                cases.append(
-                    {
-                        "model": name,
-                        "profile": kind,
-                        "histogram": hist,
-                        "runs": runs,
-                        "summary": summarize(runs),
-                    }
-                )
-    return {
-        "threads": int(env["TVM_NUM_THREADS"]),
-        "trials": trials,
-        "stages": stages,
-        "seeds": seeds,
-        "cases": cases,
-    }
+                        case["summary"] = summarize(runs)
+                        if save is not None:
+                            save(data([case]))
+                cases.append(case)
+    return data([])
 
 
 def table_lines(data: dict[str, Any]) -> list[str]:
@@ -277,15 +280,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(
             "--trials and --stages must be at least 1 and --seeds must name one seed or more"
         )
-    data = run(args.models, args.profiles, args.trials, args.seeds, args.stages)
-    print("\n".join(table_lines(data)))
     out = args.out or results_path("planner")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(
-        json.dumps(
-            {"machine": machine_header(), "loadavg": list(os.getloadavg()), **data}, indent=2
-        )
-    )
+    machine = machine_header()
+
+    def save(data: dict[str, Any]) -> None:
+        body = {"machine": machine, "loadavg": list(os.getloadavg()), **data}
+        out.write_text(json.dumps(body, indent=2))
+
+    data = run(args.models, args.profiles, args.trials, args.seeds, args.stages, save=save)
+    save(data)
+    print("\n".join(table_lines(data)))
     print(f"wrote {out}")
     failed = [r for c in data["cases"] for r in c["runs"] if r.get("error")]
     return 1 if failed else 0

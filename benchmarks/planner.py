@@ -35,6 +35,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -177,7 +178,7 @@ def run(
     seeds: list[int],
     stages: int = 2,
     log: Any = print,
-    save: Any = None,
+    save: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Every (model, profile, seed, strategy) run; ``save(data)`` is called after each one
     with the results so far (a long benchmark cut off keeps what it measured)."""
@@ -185,13 +186,13 @@ def run(
     env.setdefault("TVM_NUM_THREADS", str(os.cpu_count() or 1))
     cases: list[dict[str, Any]] = []
 
-    def data(extra: list[dict[str, Any]]) -> dict[str, Any]:
+    def data() -> dict[str, Any]:
         return {
             "threads": int(env["TVM_NUM_THREADS"]),
             "trials": trials,
             "stages": stages,
             "seeds": seeds,
-            "cases": cases + extra,
+            "cases": cases,
         }
 
     with tempfile.TemporaryDirectory(prefix="tunefarm-planner-") as tmp:
@@ -209,7 +210,13 @@ def run(
                     **hand_buckets(hist, bound),
                 }
                 runs: list[dict[str, Any]] = []
-                case = {"model": name, "profile": kind, "histogram": hist, "runs": runs}
+                case: dict[str, Any] = {
+                    "model": name,
+                    "profile": kind,
+                    "histogram": hist,
+                    "runs": runs,
+                }
+                cases.append(case)  # filled in run by run
                 for seed in seeds:
                     for strategy, buckets in choices.items():
                         log(f"{name} {kind} seed {seed}: {strategy} {buckets or ''}")
@@ -232,9 +239,8 @@ def run(
                         runs.append(r)
                         case["summary"] = summarize(runs)
                         if save is not None:
-                            save(data([case]))
-                cases.append(case)
-    return data([])
+                            save(data())
+    return data()
 
 
 def table_lines(data: dict[str, Any]) -> list[str]:
@@ -288,8 +294,8 @@ def main(argv: list[str] | None = None) -> int:
         body = {"machine": machine, "loadavg": list(os.getloadavg()), **data}
         out.write_text(json.dumps(body, indent=2))
 
+    # run saves after every run, the last included
     data = run(args.models, args.profiles, args.trials, args.seeds, args.stages, save=save)
-    save(data)
     print("\n".join(table_lines(data)))
     print(f"wrote {out}")
     failed = [r for c in data["cases"] for r in c["runs"] if r.get("error")]

@@ -357,12 +357,22 @@ class TuneFarmDatabase(PyDatabase):
         return found[0] if found else None
 
     def family_workloads(self, family_shash: str) -> list[tuple[dict[str, int], IRModule]]:
-        """The bucket-specialized workloads of a symbolic kernel: (bucket values, module)."""
+        """The bucket-specialized workloads linked to a symbolic kernel when they were tuned:
+        (bucket values, module)."""
         query = select(WorkloadRow.bucket_json, WorkloadRow.mod_json).where(
             WorkloadRow.family_shash == family_shash, WorkloadRow.bucket_json.is_not(None)
         )
         rows = self.storage.run(lambda s: list(s.execute(query)), write=False)
         return [(json.loads(b), tvm.ir.load_json(m)) for b, m in rows]
+
+    def bucket_values(self) -> list[dict[str, int]]:
+        """Every bucket a workload was tuned at (distinct): the values at which a symbolic
+        kernel may have records, to look up by its structure bound to them."""
+        query = (
+            select(WorkloadRow.bucket_json).where(WorkloadRow.bucket_json.is_not(None)).distinct()
+        )
+        rows = self.storage.run(lambda s: list(s.scalars(query)), write=False)
+        return sorted((json.loads(b) for b in rows), key=lambda b: sorted(b.items()))
 
     # ---------------------------------------------------------------- measured set
     def measured(self, hashes: list[str], target: tvm.target.Target) -> dict[str, RecordRow]:

@@ -350,11 +350,16 @@ def tune(
     all_tasks = extract_tasks(prepare(mod, target), target)
     skipped: list[str] = []
     if symbolic_vars(mod):
-        families = {t.name: shash_of(t.mod) for t in all_tasks}
+        by_name = {t.name: t for t in all_tasks}
+        kernels = {t.name: t.mod["main"] for t in all_tasks}
         tasks = []
-        for bt in bucket_tasks(mod, target, choose_buckets(mod, buckets)):
+        for bt in bucket_tasks(mod, target, choose_buckets(mod, buckets), kernels):
+            # the family is the symbolic kernel this task is at its bucket, by structure
+            # (names differ between the symbolic and the specialized module); else the
+            # kernel of its name, whose records the build only replays on its own kernel
             base = bt.task.name.split("[", 1)[0]
-            family = (families[base], bt.bucket) if base in families else None
+            owner = bt.kernels[0] if bt.kernels else base
+            family = (shash_of(by_name[owner].mod), bt.bucket) if owner in by_name else None
             db.workload_id(bt.task.mod, create=True, task_name=base, family=family)
             tasks.append(bt.task)
     else:

@@ -66,3 +66,40 @@ def test_every_symbolic_kernel_has_its_bucket_tasks(llvm_target) -> None:
     buckets = {bt.task.name.split("[")[0] for bt in bucket_tasks(mod, llvm_target, {"s": [16]})}
     assert symbolic == buckets
     assert not any("reshape" in name for name in symbolic)
+
+
+def _kernels(mod, target) -> dict:
+    """The symbolic module's kernels by name."""
+    from tuner.pipeline import extract_tasks, prepare
+
+    return {t.name: t.mod["main"] for t in extract_tasks(prepare(mod, target), target)}
+
+
+def test_bucket_tasks_find_their_kernels_by_structure(llvm_target) -> None:
+    """At s=64 the three symbolic matmuls are one static kernel, named ``matmul`` there: the
+    task names which symbolic kernels it is by binding each to the bucket, not by name."""
+    from tuner.symbolic.buckets import bind_kernel
+
+    mod = load_model(DATA / "shared_matmuls.py").mod
+    symbolic = _kernels(mod, llvm_target)
+    assert {n for n in symbolic if n.startswith("matmul")} == {"matmul", "matmul1", "matmul2"}
+    tasks = {bt.task.name: bt for bt in bucket_tasks(mod, llvm_target, {"s": [64]}, symbolic)}
+    assert set(tasks) == {"transpose[s=64]", "matmul[s=64]"}
+    assert sorted(tasks["matmul[s=64]"].kernels) == ["matmul", "matmul1", "matmul2"]
+    assert tasks["transpose[s=64]"].kernels == ("transpose",)
+    assert bind_kernel(symbolic["matmul"], {"n": 3}) is None  # s left unbound
+
+
+@pytest.mark.parametrize(
+    ("model_file", "var", "value"),
+    [("dyn_kernels.py", "n", 16), ("flat_tokens_b.py", "b", 4)],
+)
+def test_every_kernel_binds_to_its_bucket_task(llvm_target, model_file, var, value) -> None:
+    """Every static task of a bucket is a symbolic kernel bound there: the mean's divisor is
+    ``T.Cast("float32", 16)`` bound and ``16.0`` extracted (equal after simplification), and
+    ``65 * b`` rows bind through ``b`` as a scalar."""
+
+    mod = load_model(DATA / model_file).mod
+    symbolic = _kernels(mod, llvm_target)
+    tasks = bucket_tasks(mod, llvm_target, {var: [value]}, symbolic)
+    assert tasks and all(bt.kernels for bt in tasks), [(bt.task.name, bt.kernels) for bt in tasks]

@@ -681,3 +681,18 @@ def test_build_with_traffic_serves_values_above_the_buckets_by_it(tmp_path, llvm
     assert result.exit_code == 0, result.output
     (kernel,) = json.loads(result.output)["kernels"]
     assert kernel["dispatch"].endswith("above 16 (by traffic): n8 (tile 8)"), kernel["dispatch"]
+
+
+def test_a_bucket_record_serves_every_kernel_it_is(tmp_path, llvm_target) -> None:
+    """One record of the static ``matmul`` at s=64 (stored as the old name-keyed link would
+    store it: family of the symbolic ``matmul`` only) serves all three symbolic matmuls that
+    are that kernel at s=64; every value matches numpy."""
+    model = load_model(DATA / "shared_matmuls.py")
+    db = _softmax_db(tmp_path / "mm.db", llvm_target, {64: (16, 1e-6)}, "shared_matmuls.py", "s")
+    values = [5, 64, 70]
+    results = bench(model, llvm_target, db, [{"s": v} for v in values], repeat=1, min_repeat_ms=1)
+    for value, res in zip(values, results, strict=True):
+        assert res.agree, (value, res.max_abs_err)
+        ran = {k: v for k, v in res.kernels.items() if k.startswith("matmul")}
+        assert set(ran) == {"matmul", "matmul1", "matmul2"}, res.kernels
+        assert all(v.startswith("s64") for v in ran.values()), (value, res.kernels)

@@ -7,19 +7,27 @@ on the CLI, ``SHAPE_VARS`` in the model file, the function attribute ``tir_var_u
 Each bucket is specialized at the Relax level (``bind_symbolic_vars``), so a bucket's tasks are
 exactly the static kernels the model has at that size; a kernel identical across the values of
 a variable (it does not depend on it) is one task, not one per value.
+
+Which symbolic kernel a bucket's static task belongs to is decided by structure, never by name:
+the symbolic kernel with its variables bound to the bucket's values (:func:`bind_kernel`) is
+that static kernel. Names are counters that legalization and fusion hand out in module order,
+and they differ between the symbolic module and a specialized one (BERT's feed-forward
+``fused_matmul3_add4`` is ``fused_matmul2_add4`` at s=64); two symbolic kernels can also be
+one static kernel at a bucket (``q @ k^T`` and ``probs @ v`` at s=64).
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 import tvm
-from tvm import relax
+from tvm import relax, tirx
 
 from tuner.errors import TuneFarmError
-from tuner.pipeline import Task, extract_tasks, prepare
-from tuner.symbolic.walk import vars_of
+from tuner.pipeline import Task, extract_tasks, normalize, prepare
+from tuner.symbolic.walk import dims_of, vars_of
 
 DEFAULT_BUCKETS = (1, 16, 64, 256)
 
@@ -201,34 +209,101 @@ def specialize(mod: tvm.IRModule, values: dict[str, int], entry: str = "main") -
     return out
 
 
+def bind_kernel(func: tirx.PrimFunc, values: Mapping[str, int]) -> tvm.IRModule | None:
+    """The symbolic kernel ``func`` with its variables bound to ``values``, normalized as
+    MetaSchedule keys workloads: the static kernel a bucket's own extraction has for it, up to
+    the constant folding legalization does at constant shapes (see :func:`kernel_key`). None
+    when ``values`` leaves a variable of ``func`` unbound, or TIR cannot bind it; a kernel
+    without variables is itself."""
+    found = vars_of(func.params)
+    if not set(found) <= set(values):
+        return None
+    if not found:
+        return normalize(func)
+    consts = {var: tirx.IntImm(str(var.ty), values[name]) for name, var in found.items()}
+    analyzer = tvm.sym.Analyzer()
+    for var, const in consts.items():
+        analyzer.bind(var, const)
+    remap = {
+        param: tirx.decl_buffer(
+            [analyzer.simplify(d) for d in dims_of(param)], param.dtype, name=param.name
+        )
+        for param in func.params
+        if any(not isinstance(d, tirx.IntImm) for d in dims_of(param))
+    }
+    try:  # new buffers of constant shapes: binds the variables of their dims
+        return normalize(func.specialize(remap))
+    except (TypeError, ValueError):  # a dim such as ``65 * b`` binds no variable
+        pass
+    try:  # the variables as scalar parameters, bound, then dropped
+        wide = tirx.PrimFunc([*consts, *func.params], func.body, attrs=func.attrs)
+        bound = wide.specialize(consts)
+    except (TypeError, ValueError):
+        return None
+    return normalize(tirx.PrimFunc(list(bound.params), bound.body, attrs=bound.attrs))
+
+
+def kernel_key(mod: tvm.IRModule) -> str:
+    """The structural hash of a kernel after TIR's simplifier: a bound symbolic kernel and the
+    static kernel it is compare equal (``T.Cast("float32", 16)`` against ``16.0``)."""
+    from database import shash_of
+
+    return shash_of(tvm.tirx.transform.StmtSimplify()(mod))
+
+
+def kernels_at(
+    kernels: Mapping[str, tirx.PrimFunc], values: Mapping[str, int]
+) -> dict[str, list[str]]:
+    """:func:`kernel_key` of each kernel bound to ``values`` -> the names of the kernels that
+    are it (several symbolic kernels can be one static kernel at a bucket)."""
+    out: dict[str, list[str]] = {}
+    for name, func in kernels.items():
+        bound = bind_kernel(func, values)
+        if bound is not None:
+            out.setdefault(kernel_key(bound), []).append(name)
+    return out
+
+
 @dataclass(frozen=True)
 class BucketTask:
-    """A static task and the bucket values it was specialized at (only the variables it
-    depends on)."""
+    """A static task, the bucket values it was specialized at (only the variables it
+    depends on) and the kernels of the symbolic module it is at those values (by structure:
+    :func:`bind_kernel`; empty when it is none of them, e.g. a kernel that fusion forms
+    only at constant shapes)."""
 
     task: Task
     bucket: dict[str, int]
+    kernels: tuple[str, ...] = ()
 
 
 def bucket_tasks(
-    mod: tvm.IRModule, target: tvm.target.Target, buckets: dict[str, list[int]]
+    mod: tvm.IRModule,
+    target: tvm.target.Target,
+    buckets: dict[str, list[int]],
+    kernels: Mapping[str, tirx.PrimFunc] | None = None,
 ) -> list[BucketTask]:
-    """Static tasks of every bucket combination, deduplicated by structural hash."""
+    """Static tasks of every bucket combination, deduplicated by structural hash; with
+    ``kernels`` (the symbolic module's kernels by name), each task's :attr:`BucketTask.kernels`."""
     from database import shash_of
 
     names = list(buckets)
     seen: dict[str, tuple[Task, list[dict[str, int]]]] = {}
+    owners: dict[str, list[str]] = {}
     for combo in itertools.product(*(buckets[n] for n in names)):
         values = dict(zip(names, combo, strict=True))
+        bound = kernels_at(kernels or {}, values)
         for task in extract_tasks(prepare(specialize(mod, values), target), target):
             key = shash_of(task.mod)
+            found = owners.setdefault(key, [])
+            if bound:
+                found.extend(k for k in bound.get(kernel_key(task.mod), ()) if k not in found)
             if key in seen:
                 old, combos = seen[key]
                 seen[key] = (replace(old, weight=max(old.weight, task.weight)), [*combos, values])
             else:
                 seen[key] = (task, [values])
     out = []
-    for task, combos in seen.values():
+    for key, (task, combos) in seen.items():
         bucket = {
             n: combos[0][n]
             for n in names
@@ -236,6 +311,10 @@ def bucket_tasks(
         }
         label = ",".join(f"{k}={v}" for k, v in bucket.items())
         out.append(
-            BucketTask(replace(task, name=f"{task.name}[{label}]" if label else task.name), bucket)
+            BucketTask(
+                replace(task, name=f"{task.name}[{label}]" if label else task.name),
+                bucket,
+                tuple(owners[key]),
+            )
         )
     return out

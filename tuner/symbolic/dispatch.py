@@ -43,6 +43,7 @@ from tvm import relax, tirx
 
 from database import TuneFarmDatabase, shash_of
 from tuner.pipeline import normalize
+from tuner.symbolic.buckets import bind_kernel
 from tuner.symbolic.rangekernel import (
     RangeKernel,
     coefficient,
@@ -290,8 +291,7 @@ def _plan(
     var = symbolic_var(norm["main"])
     if var is None:
         return _Plan(KernelDispatch(name, None, reason="several symbolic variables"))
-    family = db.family_workloads(shash_of(norm))
-    usable = [(b, m) for b, m in family if set(b) == {var.name}]
+    usable = bucket_workloads(db, norm["main"], var.name)
     if not usable:
         return _Plan(KernelDispatch(name, var.name, reason="no bucket records"))
     pads = pad_values(norm["main"], var.name)
@@ -301,7 +301,7 @@ def _plan(
     plan = _Plan(KernelDispatch(name, var.name), pads=tuple(pads.get(p.name, 0.0) for p in inputs))
     generic: list[tuple[int, float]] = []
     default_won = 0  # buckets whose best record is the untuned default schedule
-    for bucket, static_mod in sorted(usable, key=lambda x: x[0][var.name]):
+    for bucket, static_mod, bound in usable:
         default_sec = db.default_schedule_sec(static_mod, target)
         if default_sec is not None:
             generic.append((bucket[var.name], default_sec))
@@ -321,11 +321,11 @@ def _plan(
         )
         if rk is not None:
             bk = BucketKernel(value, rk.tile, kname, level, mean_sec)
-            plan.kernels.append((bk, _mark(rk.func, f"{var.name}={value}", rk.tile)))
-        static = _replay(record.trace, static_mod)
+            plan.kernels.append((bk, _mark(rk.func, name, f"{var.name}={value}", rk.tile)))
+        static = _replay(record.trace, bound)
         if static is not None:  # the kernel that was measured, for values padded to the bucket
             bk = BucketKernel(value, value, f"{kname}_static", level, mean_sec, static=True)
-            plan.kernels.append((bk, _mark(static, f"{var.name}={value}", value)))
+            plan.kernels.append((bk, _mark(static, name, f"{var.name}={value}", value)))
     if not plan.kernels:
         reason = (
             "the default schedule measured fastest at every bucket"
@@ -348,6 +348,31 @@ def _plan(
     return plan
 
 
+def bucket_workloads(
+    db: TuneFarmDatabase, func: tirx.PrimFunc, var_name: str
+) -> list[tuple[dict[str, int], tvm.IRModule, tvm.IRModule]]:
+    """The stored static workloads of the symbolic kernel ``func`` at buckets of ``var_name``,
+    as ``(bucket, stored workload, func bound to the bucket)``: ``func`` bound to each bucket
+    value the database knows (:func:`bind_kernel`) where that kernel is a stored workload
+    (found by structure, whatever the kernels were named when tuned), else the workload
+    linked to ``func`` at that bucket when it was tuned. Traces are replayed on the bound
+    kernel, never on the stored one: a record serves only the kernel it replays on."""
+    out: dict[int, tuple[dict[str, int], tvm.IRModule, tvm.IRModule]] = {}
+    for bucket in db.bucket_values():
+        if set(bucket) != {var_name}:
+            continue
+        bound = bind_kernel(func, bucket)
+        if bound is not None and db.has_workload(bound):
+            out[bucket[var_name]] = (bucket, bound, bound)
+    for bucket, stored in db.family_workloads(shash_of(normalize(func))):
+        value = bucket.get(var_name)
+        if set(bucket) == {var_name} and value not in out:
+            bound = bind_kernel(func, bucket)
+            if bound is not None:
+                out[value] = (bucket, stored, bound)
+    return [out[v] for v in sorted(out)]
+
+
 def pad_buffers(
     func: tirx.PrimFunc, var_name: str, pads: tuple[float, ...]
 ) -> tuple[PadBuffer, ...]:
@@ -365,12 +390,14 @@ def pad_buffers(
     return tuple(out)
 
 
-def _mark(func: tirx.PrimFunc, bucket: str, tile: int) -> tirx.PrimFunc:
-    """A bucket kernel as added to the module. The bucket attribute also keeps identical
-    schedules of two buckets apart, so which bucket served a call stays observable."""
+def _mark(func: tirx.PrimFunc, kernel: str, bucket: str, tile: int) -> tirx.PrimFunc:
+    """A bucket kernel as added to the module. The kernel and bucket attributes keep
+    identical schedules apart (of two buckets, or of two kernels that are one static kernel
+    at a bucket), so which kernel and bucket served a call stays observable."""
     return (
         func.without_attr("global_symbol")
         .with_attr("tirx.is_scheduled", True)
+        .with_attr("tunefarm.kernel", kernel)
         .with_attr("tunefarm.bucket", bucket)
         .with_attr("tunefarm.tile", tile)
     )

@@ -58,6 +58,7 @@ from tuner.symbolic.dispatch import (
     BucketKernel,
     KernelDispatch,
     PadBuffer,
+    bucket_workloads,
     pad_buffers,
 )
 from tuner.symbolic.profile import ShapeProfile
@@ -362,9 +363,11 @@ class Planner:
         self.statics: dict[str, TaskModel] = {}
         self.family: dict[str, str] = {}
         self.funcs: dict[str, Any] = {}
+        self.static_funcs: dict[str, Any] = {}
         for task in extract_tasks(prepared, self.target):
             if not task.is_symbolic:
                 self.statics[task.name] = self._task(task.name, None, task.weight, task)
+                self.static_funcs[task.name] = task.mod["main"]
                 continue
             func = task.mod["main"]
             km = KernelModel(task.name, task.weight)
@@ -383,11 +386,11 @@ class Planner:
             self.kernels[task.name] = km
             self.family[task.name] = shash_of(task.mod)
             self.funcs[task.name] = func
-        known = set()
-        for fam in self.family.values():
-            for bucket, _ in self.db.family_workloads(fam):
-                if set(bucket) == {self.var}:
-                    known.add(bucket[self.var])
+        known = {
+            bucket[self.var]
+            for func in self.funcs.values()
+            for bucket, _, _ in bucket_workloads(self.db, func, self.var)
+        }
         self.known = sorted(v for v in known if self.bound is None or v <= self.bound)
         self.candidates = self._candidates()
         self.default_buckets = tuple(choose_buckets(self.mod, {}, self.shape_vars)[self.var])
@@ -413,10 +416,10 @@ class Planner:
         return tm
 
     def _add_bucket(self, value: int) -> None:
-        for bt in bucket_tasks(self.mod, self.target, {self.var: [value]}):
-            base = bt.task.name.split("[", 1)[0]
-            if base in self.kernels:
-                self.kernels[base].at[value] = self._task(base, value, bt.task.weight, bt.task)
+        for bt in bucket_tasks(self.mod, self.target, {self.var: [value]}, self.funcs):
+            for name in bt.kernels:  # by structure: names differ at constant shapes
+                km = self.kernels[name]
+                km.at[value] = self._task(name, value, km.calls, bt.task)
 
     def _estimate_defaults(self, km: KernelModel) -> None:
         measured = {b: t for b, t in km.at.items() if t.default_sec is not None}
@@ -691,8 +694,10 @@ class Planner:
         self, buckets: tuple[int, ...], chosen: Chosen, statics: dict[str, int]
     ) -> tuple[PlannedTask, ...]:
         out = []
-        for bt in bucket_tasks(self.mod, self.target, {self.var: list(buckets)}):
-            base = bt.task.name.split("[", 1)[0]
+        kernels = {**self.funcs, **self.static_funcs}
+        for bt in bucket_tasks(self.mod, self.target, {self.var: list(buckets)}, kernels):
+            # the symbolic module's kernel this task is (by structure), else its own name
+            base = bt.kernels[0] if bt.kernels else bt.task.name.split("[", 1)[0]
             value = bt.bucket.get(self.var)
             km = self.kernels.get(base)
             if km is not None and value in km.at:

@@ -40,6 +40,7 @@ from database.errors import error_summary
 from tuner.compile import BuildReport, compile
 from tuner.errors import TuneFarmError
 from tuner.frontends.reference import flat_outputs
+from tuner.kernel_profile import KernelProfile, profile_kernels
 from tuner.model import Model
 from tuner.symbolic.walk import missing_vars
 
@@ -88,6 +89,8 @@ class BenchResult:
     threads: int | None = None  # threads of every runtime (TVM, torch, ORT)
     # (max - min) / median of the repeats of "tuned", "untuned", "reference"
     spread: dict[str, float] = field(default_factory=dict)
+    # where the tuned build's time goes (bench(kernels=True)): each kernel timed alone
+    profile: KernelProfile | None = None
 
     @property
     def speedup(self) -> float:
@@ -124,6 +127,7 @@ class BenchResult:
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
+        out["profile"] = self.profile.to_dict() if self.profile is not None else None
         out["speedup"], out["vs_numpy"] = self.speedup, self.vs_numpy
         out["vs_reference"] = self.vs_reference
         out["slower_than_untuned"] = self.slower
@@ -304,8 +308,14 @@ class _VM:
 
     def __init__(self, ex: relax.VMExecutable) -> None:
         self.dev = tvm.cpu()
-        self.vm = relax.VirtualMachine(ex, self.dev)
+        self.rt = ex.jit()  # what the VM runs; its kernels are looked up here
+        self.vm = relax.VirtualMachine(self.rt, self.dev)
         self.called: list[str] = []
+
+    def profile(self, args: list[np.ndarray], model_sec: float) -> KernelProfile:
+        """Each kernel call of one run at ``args``, timed alone (:mod:`tuner.kernel_profile`)."""
+        tvm_args = [tvm.runtime.tensor(a, device=self.dev) for a in args]
+        return profile_kernels(self.vm, self.rt, tvm_args, model_sec)
 
     def _instrument(self, _func: Any, name: Any, before: bool, *_rest: Any) -> int:
         if before:
@@ -544,11 +554,14 @@ def bench(
     min_repeat_ms: int = 50,
     runtimes: Sequence[str] | None = None,
     traffic: Mapping[str, Mapping[int, float]] | None = None,
+    kernels: bool = False,
 ) -> list[BenchResult]:
     """Build untuned and tuned once, then run both, the model's reference and the other
     runtimes (``runtimes``, default :func:`runtimes_for` the model; ``()`` for none) on the
     same random inputs at each shape (values of the symbolic variables). ``traffic`` builds
     the tuned module as ``build --shape-profile`` does (see :func:`tuner.compile.compile`).
+    With ``kernels``, each result also says where the tuned build's time goes
+    (:attr:`BenchResult.profile`), measured after the timings.
 
     Weights kept as inputs (``model.params``) are passed as they are; only the data inputs
     are random."""
@@ -624,6 +637,7 @@ def bench(
                 runtimes=tuple(_runtime_result(o, i, expected) for o in others),
                 threads=threads,
                 spread=spread,
+                profile=tuned_vm.profile(full, medians["tuned"][0]) if kernels else None,
             )
         )
     return results

@@ -696,3 +696,29 @@ def test_a_bucket_record_serves_every_kernel_it_is(tmp_path, llvm_target) -> Non
         ran = {k: v for k, v in res.kernels.items() if k.startswith("matmul")}
         assert set(ran) == {"matmul", "matmul1", "matmul2"}, res.kernels
         assert all(v.startswith("s64") for v in ran.values()), (value, res.kernels)
+
+
+def test_bench_kernels_says_where_the_time_goes(tmp_path, llvm_target) -> None:
+    """``bench(kernels=True)`` / ``tunefarm bench --kernels``: every function one model call
+    ran, timed alone, and the VM's own share; the bucket kernels of all three matmuls are
+    there, once each."""
+    from typer.testing import CliRunner
+
+    from tuner.cli import app
+
+    model = load_model(DATA / "shared_matmuls.py")
+    db = _softmax_db(tmp_path / "mm.db", llvm_target, {64: (16, 1e-6)}, "shared_matmuls.py", "s")
+    (res,) = bench(model, llvm_target, db, [{"s": 5}], repeat=1, min_repeat_ms=1, kernels=True)
+    profile = res.profile
+    assert profile is not None and profile.model_sec == res.tuned_sec
+    calls = {k.name: k.calls for k in profile.kernels}
+    for kernel in ("matmul", "matmul1", "matmul2"):
+        (name,) = [n for n in calls if n.startswith(f"{kernel}_s64")]
+        assert calls[name] == 1, calls
+    assert all(k.sec > 0 for k in profile.kernels)
+    assert profile.vm_calls > sum(calls.values())  # builtins: allocations, shape checks
+    assert profile.rest_sec == max(profile.model_sec - profile.kernel_sec, 0.0)
+    args = ["bench", str(DATA / "shared_matmuls.py"), "--db", f"sqlite:///{tmp_path / 'mm.db'}"]
+    result = CliRunner().invoke(app, [*args, "--shape", "s=5", "--kernels", "--runtimes", "none"])
+    assert result.exit_code == 0, result.output
+    assert "VM (allocations" in result.output and "matmul1_s64" in result.output, result.output

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -18,6 +19,9 @@ from rich.progress import (
 from rich.table import Table
 
 from tuner.progress import TaskState, fmt_sec
+
+if TYPE_CHECKING:
+    from tuner.kernel_profile import KernelProfile
 
 
 class LiveProgress:
@@ -78,3 +82,36 @@ class LiveProgress:
             self.progress.update(self.bar, total=done)
         if self.live is not None:
             self.live.update(self._render())
+
+
+def kernel_profile_table(profile: KernelProfile, title: str, top: int = 12) -> Table:
+    """Where one model call's time goes: its heaviest kernels (each timed alone), the rest
+    of the kernels, and the VM's own work (the model's time outside its kernels)."""
+    noisy = profile.kernel_sec > 1.1 * profile.model_sec
+    table = Table(
+        title=title,
+        caption="the kernels timed alone took longer than the whole model: a busy machine, "
+        "the figures are noisy"
+        if noisy
+        else None,
+    )
+    for col in ("function", "calls", "time", "share"):
+        table.add_column(col, justify="left" if col == "function" else "right")
+    total = profile.model_sec or 1.0
+    shown, rest = profile.kernels[:top], profile.kernels[top:]
+    for k in shown:
+        table.add_row(escape(k.name), str(k.calls), fmt_sec(k.sec), f"{k.sec / total:.0%}")
+    if rest:
+        sec = sum(k.sec for k in rest)
+        calls = sum(k.calls for k in rest)
+        share = f"{sec / total:.0%}"
+        table.add_row(f"{len(rest)} other functions", str(calls), fmt_sec(sec), share)
+    table.add_row(
+        "VM (allocations, shape checks, branches, builtins)",
+        str(profile.vm_calls - sum(k.calls for k in profile.kernels)),
+        fmt_sec(profile.rest_sec),
+        f"{profile.rest_sec / total:.0%}",
+        style="bold",
+    )
+    table.add_row("model (measured)", str(profile.vm_calls), fmt_sec(profile.model_sec), "100%")
+    return table

@@ -37,7 +37,7 @@ from tuner.cli.common import (
     open_storage,
     user_errors,
 )
-from tuner.cli.render import LiveProgress
+from tuner.cli.render import LiveProgress, kernel_profile_table
 from tuner.cluster.address import ray_address
 from tuner.errors import TuneFarmError
 from tuner.progress import fmt_sec
@@ -380,6 +380,14 @@ def bench(
         ),
     ] = None,
     shape_profile: cli_plan.ShapeProfileOpt = None,
+    kernels: Annotated[
+        bool,
+        typer.Option(
+            "--kernels",
+            help="Also show where the tuned build's time goes at each shape: its heaviest "
+            "kernels, each timed alone, and the VM's own work (the rest).",
+        ),
+    ] = False,
 ) -> None:
     """Run the untuned build, the tuned build and the model's reference (numpy for TVMScript,
     PyTorch for .pt2; the untuned build for ONNX); compare time and output. For .pt2 and .onnx
@@ -451,6 +459,7 @@ def bench(
         shapes,
         runtimes=others,
         traffic=profile.marginals() if shape_profile is not None else None,
+        kernels=kernels,
     )
     if weights is not None:
         from tuner.bench import traffic_summary
@@ -505,6 +514,10 @@ def bench(
         from tuner.bench import traffic_table
 
         console.print(traffic_table(traffic, model.name))
+    for r in results:
+        if r.profile is not None:
+            label = ",".join(f"{k}={v}" for k, v in r.shape.items()) or "static"
+            console.print(kernel_profile_table(r.profile, f"{model.name} tuned at {label}"))
     if json_out is not None:  # a checked file path (- returned above)
         out = {"results": [r.to_dict() for r in results]}
         if traffic is not None:

@@ -40,7 +40,7 @@ from database.errors import error_summary
 from tuner.compile import BuildReport, compile
 from tuner.errors import TuneFarmError
 from tuner.frontends.reference import flat_outputs
-from tuner.kernel_profile import KernelProfile, profile_kernels
+from tuner.kernel_profile import KernelProfile, profile_kernels, time_per_call
 from tuner.model import Model
 from tuner.symbolic.walk import missing_vars
 
@@ -336,17 +336,6 @@ class _VM:
         return out, list(self.called), lambda: float(evaluator(*tvm_args).results[0])
 
 
-def _sample(fn: Callable[..., Any], args: list[np.ndarray], min_sec: float) -> float:
-    """One repeat: seconds per call of ``fn(*args)``, looping for at least ``min_sec``."""
-    start, number = time.perf_counter(), 0
-    while True:
-        fn(*args)
-        number += 1
-        elapsed = time.perf_counter() - start
-        if elapsed >= min_sec:
-            return elapsed / number
-
-
 def _wait_quiet(timeout_s: float = 1.0, window_s: float = 0.02, busy: float = 0.1) -> None:
     """Sleep until this process's threads use less than ``busy`` of a core over ``window_s``:
     the spinning threads of the runtime timed last (ORT's, TVM's pools, OpenMP's) must not
@@ -500,7 +489,7 @@ def _run_others(
         ref_out = None
         if reference is not None:
             ref_out = reference(*args)  # also the warm-up call
-            timers[""] = lambda fn=reference, a=args: _sample(fn, a, min_sec)
+            timers[""] = lambda fn=reference, a=args: time_per_call(fn, a, min_sec)
         for other in others:
             if other.fn is None:
                 continue
@@ -514,7 +503,7 @@ def _run_others(
                     other.fn = None
                 continue
             other.warmup[i] = time.perf_counter() - start
-            timers[other.name] = lambda fn=other.fn, a=args: _sample(fn, a, min_sec)
+            timers[other.name] = lambda fn=other.fn, a=args: time_per_call(fn, a, min_sec)
         medians = _interleave(timers, repeat)
         for other in others:
             if other.name in medians:

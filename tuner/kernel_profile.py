@@ -13,7 +13,7 @@ bound of the kernels' share; the rest is an upper bound of the VM's.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -62,20 +62,21 @@ def _copy(arg: Any) -> Any:
     return tvm.runtime.tensor(arg.numpy()) if isinstance(arg, tvm.runtime.Tensor) else arg
 
 
+def time_per_call(fn: Callable[..., Any], args: Sequence[Any], min_sec: float) -> float:
+    """One repeat: seconds per call of ``fn(*args)``, looping for at least ``min_sec``."""
+    start, number = time.perf_counter(), 0
+    while True:
+        fn(*args)
+        number += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_sec:
+            return elapsed / number
+
+
 def _time_alone(fn: Any, args: Sequence[Any], min_sec: float) -> float:
     """Seconds per call of ``fn(*args)``: the median of 3 repeats of at least ``min_sec``."""
     fn(*args)  # warm up
-    repeats = []
-    for _ in range(3):
-        start, number = time.perf_counter(), 0
-        while True:
-            fn(*args)
-            number += 1
-            elapsed = time.perf_counter() - start
-            if elapsed >= min_sec:
-                break
-        repeats.append(elapsed / number)
-    return sorted(repeats)[1]
+    return sorted(time_per_call(fn, args, min_sec) for _ in range(3))[1]
 
 
 def profile_kernels(

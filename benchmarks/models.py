@@ -129,6 +129,13 @@ def row_of(model: str, tune_sec: float, res: dict[str, Any]) -> dict[str, Any]:
             notes.append(f"{name}: {rt['error']}")
         elif rt and rt.get("agree") is False:
             notes.append(f"{name}: MISMATCH (max err {rt.get('max_abs_err')})")
+    from tuner.bench import NOISY  # a figure whose repeats spread more is noisy
+
+    spread = {**res.get("spread", {})}  # (max - min) / median of its interleaved repeats
+    spread |= {n: rts[n]["spread"] for n in OTHER_RUNTIMES if rts.get(n, {}).get("spread")}
+    noisy = sorted(k for k, v in spread.items() if v is not None and v > NOISY)
+    if noisy:
+        notes.append(f"noisy (repeats spread over {NOISY:.0%}): {', '.join(noisy)}")
     row["notes"] = "; ".join(notes) or None
     row["tune_wall_sec"] = tune_sec
     return row

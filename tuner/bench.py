@@ -217,9 +217,7 @@ def noisy_figures(results: list[BenchResult]) -> list[str]:
 
 def slower_shapes(results: list[BenchResult]) -> list[str]:
     """The shapes (``s=1``, ``static``) at which the tuned build ran slower than untuned."""
-    return [
-        ",".join(f"{k}={v}" for k, v in r.shape.items()) or "static" for r in results if r.slower
-    ]
+    return [shape_label(r.shape) for r in results if r.slower]
 
 
 def slower_note(results: list[BenchResult]) -> str | None:

@@ -351,7 +351,7 @@ def tune(
     skipped: list[str] = []
     if symbolic_vars(mod):
         by_name = {t.name: t for t in all_tasks}
-        kernels = {t.name: t.mod["main"] for t in all_tasks}
+        kernels = {name: t.mod["main"] for name, t in by_name.items()}
         tasks = []
         for bt in bucket_tasks(mod, target, choose_buckets(mod, buckets), kernels):
             # the family is the symbolic kernel this task is at its bucket, by structure

@@ -44,6 +44,10 @@ class KernelProfile:
         return sum(k.sec for k in self.kernels)
 
     @property
+    def kernel_calls(self) -> int:
+        return sum(k.calls for k in self.kernels)
+
+    @property
     def rest_sec(self) -> float:
         """The model's time outside its kernels (never below 0)."""
         return max(self.model_sec - self.kernel_sec, 0.0)

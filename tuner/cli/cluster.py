@@ -354,8 +354,10 @@ def bench_cluster(
         cols = ("device", "target", "shape", "untuned", "tuned", "speedup", "tuned kernels")
         for col in cols:
             table.add_column(col, justify="left" if col in cols[:3] else "right")
+        from tuner.bench import shape_label
+
         for r in results:
-            label = ",".join(f"{k}={v}" for k, v in r.shape.items()) or "static"
+            label = shape_label(r.shape)
             table.add_row(
                 escape(f"{r.kind} ({r.device})"),
                 escape(r.target),

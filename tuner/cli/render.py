@@ -108,7 +108,7 @@ def kernel_profile_table(profile: KernelProfile, title: str, top: int = 12) -> T
         table.add_row(f"{len(rest)} other functions", str(calls), fmt_sec(sec), share)
     table.add_row(
         "VM (allocations, shape checks, branches, builtins)",
-        str(profile.vm_calls - sum(k.calls for k in profile.kernels)),
+        str(profile.vm_calls - profile.kernel_calls),
         fmt_sec(profile.rest_sec),
         f"{profile.rest_sec / total:.0%}",
         style="bold",

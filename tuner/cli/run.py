@@ -413,7 +413,14 @@ def bench(
     if shape_profile is not None and shape:
         raise TuneFarmError("give --shape or --shape-profile, not both")
 
-    from tuner.bench import RUNTIMES, runtime_notes, runtimes_table, slower_note, sweep_values
+    from tuner.bench import (
+        RUNTIMES,
+        runtime_notes,
+        runtimes_table,
+        shape_label,
+        slower_note,
+        sweep_values,
+    )
     from tuner.bench import bench as run_bench
     from tuner.model import load_model
     from tuner.symbolic.buckets import choose_buckets, parse_shape_options, upper_bounds
@@ -482,7 +489,7 @@ def bench(
     for col in cols:
         table.add_column(col, justify="left" if col in ("shape", "kernels") else "right")
     for r in results:
-        label = ",".join(f"{k}={v}" for k, v in r.shape.items()) or "static"
+        label = shape_label(r.shape)
         variants = ", ".join(f"{k}:{v}" for k, v in r.kernels.items()) or "-"
         speedup = escape(r.speedup_label)
         row = [
@@ -516,8 +523,8 @@ def bench(
         console.print(traffic_table(traffic, model.name))
     for r in results:
         if r.profile is not None:
-            label = ",".join(f"{k}={v}" for k, v in r.shape.items()) or "static"
-            console.print(kernel_profile_table(r.profile, f"{model.name} tuned at {label}"))
+            title = f"{model.name} tuned at {shape_label(r.shape)}"
+            console.print(kernel_profile_table(r.profile, title))
     if json_out is not None:  # a checked file path (- returned above)
         out = {"results": [r.to_dict() for r in results]}
         if traffic is not None:

@@ -357,19 +357,24 @@ def bucket_workloads(
     (found by structure, whatever the kernels were named when tuned), else the workload
     linked to ``func`` at that bucket when it was tuned. Traces are replayed on the bound
     kernel, never on the stored one: a record serves only the kernel it replays on."""
+    bound: dict[int, tvm.IRModule | None] = {}  # func bound to each value, bound once
+
+    def bound_at(value: int) -> tvm.IRModule | None:
+        if value not in bound:
+            bound[value] = bind_kernel(func, {var_name: value})
+        return bound[value]
+
     out: dict[int, tuple[dict[str, int], tvm.IRModule, tvm.IRModule]] = {}
     for bucket in db.bucket_values():
-        if set(bucket) != {var_name}:
-            continue
-        bound = bind_kernel(func, bucket)
-        if bound is not None and db.has_workload(bound):
-            out[bucket[var_name]] = (bucket, bound, bound)
+        if set(bucket) == {var_name}:
+            mod = bound_at(bucket[var_name])
+            if mod is not None and db.has_workload(mod):
+                out[bucket[var_name]] = (bucket, mod, mod)
     for bucket, stored in db.family_workloads(shash_of(normalize(func))):
-        value = bucket.get(var_name)
-        if set(bucket) == {var_name} and value not in out:
-            bound = bind_kernel(func, bucket)
-            if bound is not None:
-                out[value] = (bucket, stored, bound)
+        if set(bucket) == {var_name} and bucket[var_name] not in out:
+            mod = bound_at(bucket[var_name])
+            if mod is not None:
+                out[bucket[var_name]] = (bucket, stored, mod)
     return [out[v] for v in sorted(out)]
 
 

@@ -33,7 +33,10 @@ so far, defined once every task has a measurement (TuneFarm measures every task'
 schedule first; stock reaches every task in its first round). Wall time counts from the call
 that starts the job (TuneFarm's Ray start and task extraction included). Reported per
 workload: the wall time at which each run reached 90% and 95% of the best latency any run of
-any variant found (``best / latency >= 0.9``), its final latency and wall time, as medians with
+any variant found (``best / latency >= 0.9``), its final latency and wall time, the model
+latency of its final schedules re-timed after the seeds side by side with every other run's
+(one process, the same settings, interleaved: :func:`retime`; each job's own measurements
+were taken under whatever load it ran with, and stock's runner is another process), as medians with
 their interquartile range over seeds, the ratios of medians to stock's, and one PNG of the
 median curve with its interquartile band per variant. A ratio whose runs spread by more than
 25% is marked noisy. Usage::
@@ -53,7 +56,7 @@ import shutil
 import statistics
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +115,10 @@ class RunResult:
     phases: dict[str, float] | None = None
     # share of the devices' time spent measuring while the job had budget left (TuneFarm)
     device_busy: float | None = None
+    # the model latency of the run's final schedules, re-timed side by side with every other
+    # run of the workload after the seeds (:func:`retime`): what the job's own measurements
+    # say can differ with the load while it ran
+    retimed_sec: float | None = None
 
     @property
     def final_sec(self) -> float | None:
@@ -168,17 +175,17 @@ def run_tunefarm(
     history: Path | None = None,
     transfer: bool = False,
     generations: int | None = None,
-) -> RunResult:
+) -> tuple[RunResult, list[Any]]:
     """TuneFarm's job on the embedded default into a fresh SQLite file, or into a copy of
-    ``history``; only the job's own records count in the curve."""
-    from database import Storage, shash_of
+    ``history``; only the job's own records count in the curve. Also each bucket task's final
+    schedule (:func:`final_schedules`)."""
+    from database import Storage, TuneFarmDatabase, shash_of
     from database.queries import record_timeline
     from tuner.job import TuneConfig, tune
     from tuner.model import load_model
 
-    weights = {
-        shash_of(bt.task.mod): bt.task.weight for bt in _bucket_tasks(model_path, target, buckets)
-    }
+    tasks = [bt.task for bt in _bucket_tasks(model_path, target, buckets)]
+    weights = {shash_of(t.mod): t.weight for t in tasks}
     path = tmp / f"{workload}-{variant}-{seed}.db"
     if history is not None:
         shutil.copyfile(history, path)
@@ -202,13 +209,14 @@ def run_tunefarm(
         model_name=workload,
     )
     wall = time.time() - start
+    schedules = final_schedules(TuneFarmDatabase(Storage(url, create=False), target), tasks, target)
     rows = record_timeline(Storage(url, create=False), valid_only=True)
     events = [
         (created.timestamp() - start, shash, float(sec))
         for shash, created, sec in rows
         if created.timestamp() >= start  # the history's records are not this run's
     ]
-    return RunResult(
+    run = RunResult(
         workload,
         variant,
         seed,
@@ -218,6 +226,63 @@ def run_tunefarm(
         dict(summary.phases),
         summary.devices.get("busy"),
     )
+    return run, schedules
+
+
+def final_schedules(db: Any, tasks: list[Any], target: Any) -> list[Any]:
+    """Each task's best schedule in ``db`` (a MetaSchedule database) as a scheduled module
+    (None for a task without a record)."""
+    out = []
+    with target:
+        for task in tasks:
+            sch = db.query_schedule(task.mod, target, "main")
+            out.append(sch.mod if sch is not None else None)
+    return out
+
+
+def retime(
+    schedules: list[list[Any]], weights: list[int], target: Any, rounds: int = 5
+) -> list[float | None]:
+    """The model latency (sum of weight x time) of each run's final schedules, every kernel
+    timed in the same process with the same settings, runs interleaved round by round (each
+    round starting at another run) so that drift hits all of them; per kernel the median of
+    ``rounds``. None for a run with a task it has no schedule for."""
+    import numpy as np
+    import tvm
+
+    from tuner.kernel_profile import time_per_call
+
+    dev = tvm.cpu()
+    rng = np.random.default_rng(0)
+    measure = _measure()
+    fns: dict[tuple[int, int], Any] = {}
+    args: dict[int, list[Any]] = {}
+    for r, mods in enumerate(schedules):
+        for t, mod in enumerate(mods):
+            if mod is None:
+                continue
+            fns[(r, t)] = tvm.compile(mod, target)["main"]
+            if t not in args:
+                args[t] = [
+                    tvm.runtime.tensor(
+                        rng.standard_normal([int(d) for d in p.shape]).astype(p.dtype), dev
+                    )
+                    for p in mod["main"].params
+                ]
+    secs: dict[tuple[int, int], list[float]] = {key: [] for key in fns}
+    keys = sorted(fns)
+    for i in range(rounds):
+        shift = (i * len(keys)) // rounds
+        for r, t in keys[shift:] + keys[:shift]:
+            fns[(r, t)](*args[t])  # warm up
+            secs[(r, t)].append(time_per_call(fns[(r, t)], args[t], measure.min_repeat_ms / 1e3))
+    out: list[float | None] = []
+    for r, mods in enumerate(schedules):
+        if any(m is None for m in mods):
+            out.append(None)
+            continue
+        out.append(sum(w * statistics.median(secs[(r, t)]) for t, w in enumerate(weights)))
+    return out
 
 
 def build_history(workload: str, target: Any, trials_per_task: int, tmp: Path) -> Path:
@@ -259,8 +324,9 @@ def run_stock(
     trials: int,
     seed: int,
     tmp: Path,
-) -> RunResult:
-    """Stock MetaSchedule over the same bucket tasks, timed by a measure callback."""
+) -> tuple[RunResult, list[Any]]:
+    """Stock MetaSchedule over the same bucket tasks, timed by a measure callback; also each
+    task's final schedule."""
     from tvm.ir.utils import derived_object
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
@@ -298,6 +364,7 @@ def run_stock(
         ).clone()
         for i, t in enumerate(tasks)
     ]
+    database = ms.database.MemoryDatabase()
     with tempfile.TemporaryDirectory(prefix="stock-ms-", dir=tmp) as work_dir:
         ms.tune.tune_tasks(
             tasks=contexts,
@@ -315,7 +382,7 @@ def run_stock(
                     min_repeat_ms=measure.min_repeat_ms,
                 )
             ),
-            database=ms.database.MemoryDatabase(),
+            database=database,
             cost_model="xgb",
             measure_callbacks=[
                 ms.measure_callback.AddToDatabase(),
@@ -327,7 +394,8 @@ def run_stock(
         )
     wall = time.time() - start
     weights = {str(i): t.weight for i, t in enumerate(tasks)}
-    return RunResult(workload, "stock", seed, wall, count[0], model_latency_curve(events, weights))
+    run = RunResult(workload, "stock", seed, wall, count[0], model_latency_curve(events, weights))
+    return run, final_schedules(database, tasks, target)
 
 
 # --------------------------------------------------------------------------- summary
@@ -354,6 +422,9 @@ def summarize(runs: list[RunResult]) -> dict[str, Any]:
             "final_sec": _quartiles([r.final_sec for r in mine if r.final_sec is not None]),
             "trials": [r.trials for r in mine],
         }
+        retimed = [r.retimed_sec for r in mine if r.retimed_sec is not None]
+        if retimed:
+            entry["retimed_sec"] = _quartiles(retimed)
         if any(r.phases for r in mine):
             shares = [
                 r.phases.get("search", 0.0) / r.wall_sec for r in mine if r.phases and r.wall_sec
@@ -380,7 +451,9 @@ def summarize(runs: list[RunResult]) -> dict[str, Any]:
             if name == "stock":
                 continue
             ratios = {}
-            for key in ("to_90", "to_95", "wall_sec", "final_sec"):
+            for key in ("to_90", "to_95", "wall_sec", "final_sec", "retimed_sec"):
+                if key not in entry or key not in stock:
+                    continue
                 a, b = entry[key], stock[key]
                 noisy = any(
                     (x["q3"] - x["q1"]) > NOISY_SPREAD * x["median"] for x in (a, b) if x["median"]
@@ -444,21 +517,24 @@ def cold_counterpart(variant: str) -> str:
     return "tunefarm" + rest
 
 
+def _ratio(vs: dict[str, Any] | None) -> str:
+    if not vs or vs["ratio"] is None:
+        return "-"
+    return f"{vs['ratio']:.2f}x" + (" (noisy)" if vs["noisy"] else "")
+
+
 def table(results: dict[str, Any]) -> str:
     """A markdown table of every workload's summary."""
     lines = [
-        "| workload | variant | to 90% | to 95% | final latency | wall | search share | "
-        "device busy | to 90% vs stock | wall vs cold |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| workload | variant | to 90% | to 95% | final latency | final, re-timed | wall | "
+        "search share | device busy | to 90% vs stock | re-timed vs stock | wall vs cold |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for workload, res in results["workloads"].items():
         for variant, e in res["summary"]["variants"].items():
-            vs = e.get("vs_stock", {}).get("to_90")
-            ratio = (
-                "-"
-                if not vs or vs["ratio"] is None
-                else f"{vs['ratio']:.2f}x" + (" (noisy)" if vs["noisy"] else "")
-            )
+            ratio = _ratio(e.get("vs_stock", {}).get("to_90"))
+            final_ratio = _ratio(e.get("vs_stock", {}).get("retimed_sec"))
+            retimed = _fmt(e["retimed_sec"], "us") if "retimed_sec" in e else "-"
             share = f"{e['search_share']['median']:.0%}" if "search_share" in e else "-"
             busy = f"{e['device_busy']['median']:.0%}" if "device_busy" in e else "-"
             cold = res["summary"]["variants"].get(cold_counterpart(variant))
@@ -470,7 +546,8 @@ def table(results: dict[str, Any]) -> str:
             lines.append(
                 f"| {workload} | {variant} | {_fmt(e['to_90'])} ({e['to_90']['reached']}) | "
                 f"{_fmt(e['to_95'])} ({e['to_95']['reached']}) | {_fmt(e['final_sec'], 'us')} | "
-                f"{_fmt(e['wall_sec'])} | {share} | {busy} | {ratio} | {vs_cold} |"
+                f"{retimed} | {_fmt(e['wall_sec'])} | {share} | {busy} | {ratio} | "
+                f"{final_ratio} | {vs_cold} |"
             )
     return "\n".join(lines)
 
@@ -567,6 +644,7 @@ def main(argv: list[str] | None = None) -> int:
                 history = build_history(workload, target, args.trials_per_task, tmp)
                 console.print(f"  built in {time.time() - started:.1f} s")
             runs: list[RunResult] = []
+            schedules: list[list[Any]] = []
             # seeds outermost, variants interleaved: drift in the machine hits every variant
             for seed in range(args.seeds):
                 for variant in args.variants:
@@ -575,10 +653,12 @@ def main(argv: list[str] | None = None) -> int:
                         f"{trials} trials"
                     )
                     if variant == "stock":
-                        run = run_stock(workload, model_path, target, buckets, trials, seed, tmp)
+                        run, final = run_stock(
+                            workload, model_path, target, buckets, trials, seed, tmp
+                        )
                     else:
                         population = 512 if variant == "tunefarm-pop512" else None
-                        run = run_tunefarm(
+                        run, final = run_tunefarm(
                             workload,
                             model_path,
                             target,
@@ -593,13 +673,19 @@ def main(argv: list[str] | None = None) -> int:
                             transfer=variant == "tunefarm-warm-transfer",
                             generations=4 if variant.endswith("-g4") else None,
                         )
-                    final = run.final_sec
                     console.print(
-                        f"  wall {run.wall_sec:.1f} s, final {final * 1e6:.1f} us"
-                        if final
+                        f"  wall {run.wall_sec:.1f} s, final {run.final_sec * 1e6:.1f} us"
+                        if run.final_sec
                         else f"  wall {run.wall_sec:.1f} s"
                     )
                     runs.append(run)
+                    schedules.append(final)
+            console.print(f"[bold]{workload}[/bold]: re-timing the final schedules side by side")
+            weights = [bt.task.weight for bt in _bucket_tasks(model_path, target, buckets)]
+            runs = [
+                replace(r, retimed_sec=sec)
+                for r, sec in zip(runs, retime(schedules, weights, target), strict=True)
+            ]
             summary = summarize(runs)
             png = out_path.with_name(f"{out_path.stem}-{workload}.png")
             if summary["best_sec"]:

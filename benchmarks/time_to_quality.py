@@ -615,10 +615,15 @@ def main(argv: list[str] | None = None) -> int:
 
     from rich.console import Console
 
+    from tuner.bench import bench_threads
     from tuner.targets import resolve_target
 
     console = Console()
     target = resolve_target("llvm")
+    # every variant times kernels on the target's cores: stock's LocalRunner workers and the
+    # re-timing in this process read it (TVM's own default here is half the CPUs); TuneFarm's
+    # runners take the target's num-cores themselves
+    os.environ.setdefault("TVM_NUM_THREADS", str(bench_threads(target)))
     out_path = args.out or results_path("time-to-quality")
     out_path.parent.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()[0]

@@ -9,7 +9,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import tvm
@@ -400,8 +400,11 @@ def tune(
             # a hard cap: records already there and the default schedules recorded below
             # count against --trials, and no search round builds past it
             budget = TrialBudget(config.trials - trials_before)
-            builder = RayBuilder(ledger, config.measure, db)
-            runner = RayRunner(ledger, config.measure, device_kind(target))
+            measure = measure_for(config.measure, target)
+            builder = RayBuilder(ledger, measure, db)
+            runner = RayRunner(
+                ledger, measure, device_kind(target), exclusive=shares_host_cpu(target)
+            )
             if not runner.has_devices():  # before any build: a cuda job on CPU-only TVM
                 raise TuneFarmError(runner.no_device_message())
             started = _start_actor_search(
@@ -543,12 +546,18 @@ def resolve_search(mode: str, target: tvm.target.Target) -> str:
     (docs/architecture.md#search-actors has the measurements)."""
     if mode != "auto":
         return mode
+    return "driver" if shares_host_cpu(target) else "ray"
+
+
+def shares_host_cpu(target: tvm.target.Target) -> bool:
+    """Whether the job measures on the CPU that its search and builds run on: a CPU target on
+    a cluster with one node offering CPUs (the embedded default)."""
     import ray
 
     cpu_nodes = sum(
         1 for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) >= 1
     )
-    return "ray" if cpu_nodes > 1 or device_kind(target) != "cpu" else "driver"
+    return cpu_nodes <= 1 and device_kind(target) == "cpu"
 
 
 def model_spec(config: TuneConfig, cost_model: Any) -> ModelSpec:
@@ -717,6 +726,15 @@ def _search_split(
 MAX_POPULATION = 512
 MIN_POPULATION = 64
 POPULATION_PER_CANDIDATE = 32
+
+
+def measure_for(measure: MeasureConfig, target: tvm.target.Target) -> MeasureConfig:
+    """``measure`` with the thread count host kernels are timed with: the target's
+    ``num-cores`` (what its schedules parallelize for and ``bench`` runs with) unless set."""
+    cores = target.attrs.get("num-cores")
+    if measure.threads is not None or device_kind(target) == "cuda" or not cores:
+        return measure
+    return replace(measure, threads=int(cores))
 
 
 def search_population(per_round: int) -> int:

@@ -7,16 +7,11 @@ extraction and build must prepare the module with exactly the same passes.
 from __future__ import annotations
 
 import importlib
-import os
 from dataclasses import dataclass
 
-import numpy as np
 import tvm
-from tvm import relax, topi
-from tvm.relax import PyExprMutator, expr_functor
+from tvm import relax
 from tvm.s_tir import meta_schedule as ms
-
-EXACT_MATH_ENV = "TUNEFARM_EXACT_MATH"
 
 
 def backend_passes(target: tvm.target.Target, stage: str) -> list[tvm.transform.Pass]:
@@ -41,83 +36,10 @@ def legalize() -> tvm.transform.Pass:
     return relax.transform.LegalizeOps({"relax.reshape": _keep})
 
 
-_FAST = {"relax.tanh": topi.fast_tanh, "relax.erf": topi.fast_erf}
-_POWERS = (2.0, 3.0)
-
-
-def _small_power(call: relax.Call) -> int | None:
-    """The exponent of ``power(x, c)`` for a scalar constant c of 2 or 3, else None."""
-    exponent = call.args[1]
-    if not isinstance(exponent, tvm.ir.expr.Constant):
-        return None
-    value = np.asarray(exponent.value.numpy())
-    if value.size != 1 or float(value) not in _POWERS:
-        return None
-    return int(float(value))
-
-
-@expr_functor.mutator
-class _FastMath(PyExprMutator):
-    """See :func:`fast_math`."""
-
-    def visit_call_(self, call: relax.Call) -> relax.Expr:
-        call = super().visit_call_(call)
-        op = call.op
-        if not isinstance(op, tvm.ir.Op) or not call.args:
-            return call
-        ty = call.args[0].ty
-        if not isinstance(ty, relax.TensorType) or ty.dtype != "float32":
-            return call
-        if op.name in _FAST:
-            return self.builder_.call_te(_FAST[op.name], call.args[0])
-        if op.name == "relax.sigmoid":
-            return self.builder_.call_te(_sigmoid, call.args[0])
-        if op.name == "relax.power" and (n := _small_power(call)) is not None:
-            x = out = call.args[0]
-            for _ in range(n - 1):
-                out = self.builder_.emit(relax.op.multiply(out, x))
-            return out
-        return call
-
-
-def _sigmoid(x: tvm.te.Tensor) -> tvm.te.Tensor:
-    """``1 / (1 + exp(-x))`` with TVM's vectorizable ``fast_exp``."""
-    return topi.divide(tvm.tirx.const(1.0, x.dtype), topi.add(1.0, topi.fast_exp(topi.negative(x))))
-
-
-@tvm.transform.module_pass(opt_level=0, name="TuneFarmFastMath")
-def fast_math(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-    """float32 ``tanh``, ``erf`` and ``sigmoid`` as TVM's vectorizable approximations
-    (``topi.fast_tanh``/``fast_erf``/``fast_exp``: errors near float32 rounding, as ONNX
-    Runtime's), and ``power(x, 2|3)`` as multiplies. LLVM lowers ``tanh``, ``exp`` and
-    ``pow`` to scalar libm calls that no schedule vectorizes: GPT-2's ``gelu_new``
-    (``tanh`` of ``x + 0.044715 * x**3``) took 38% of the tuned model, and 12 us instead of
-    357 us rewritten. ``exp`` stays exact: softmax range kernels pad with -inf and rely on
-    ``exp(-inf) = 0`` (see :mod:`tuner.symbolic.rangekernel`). CPU targets only (GPUs
-    have their own fast ``tanh``); off when the
-    ``TUNEFARM_EXACT_MATH`` environment variable is 1 (for tuning and build alike: the
-    kernels differ, so records of one do not serve the other)."""
-    mutator = _FastMath(mod)
-    for gv, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            mutator.builder_.update_func(gv, mutator.visit_expr(func))
-    return mutator.builder_.get()
-
-
-def _is_gpu(target: tvm.target.Target) -> bool:
-    return bool(relax.pipeline.BackendDispatcher.is_gpu_target(target))
-
-
-def exact_math() -> bool:
-    """Whether ``TUNEFARM_EXACT_MATH=1`` turns :func:`fast_math` off."""
-    return os.environ.get(EXACT_MATH_ENV, "0").strip() not in ("", "0")
-
-
 def prepare_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
     """Library dispatch, legalization and fusion: what both extraction and build run first."""
     return [
         *backend_passes(target, "library_dispatch_passes"),
-        *([] if exact_math() or _is_gpu(target) else [fast_math]),
         legalize(),
         relax.transform.AnnotateTIROpPattern(),
         relax.transform.FoldConstant(),

@@ -12,7 +12,9 @@ class MeasureConfig:
 
     ``number`` runs make one repeat (averaged), ``repeat`` repeats are reported,
     ``min_repeat_ms`` grows ``number`` for short kernels, ``cooldown_ms`` sleeps between
-    candidates, ``cache_flush`` flushes the CPU cache before each run.
+    candidates, ``cache_flush`` flushes the CPU cache before each run. ``threads``: the thread
+    count host kernels (CPU, ARM) are timed with; None: ``TVM_NUM_THREADS`` if the runner's
+    environment sets it, else the node's CPUs (a job sets the target's ``num-cores``).
     """
 
     # one run a repeat unless the kernel is shorter than min_repeat_ms, which time_evaluator
@@ -25,8 +27,11 @@ class MeasureConfig:
     cache_flush: bool = False
     build_timeout_s: float = 120.0
     run_timeout_s: float = 60.0
+    threads: int | None = None
 
     def __post_init__(self) -> None:
+        if self.threads is not None and self.threads < 1:
+            raise ValueError("MeasureConfig.threads must be >= 1")
         for name in ("number", "repeat"):
             if getattr(self, name) < 1:
                 raise ValueError(f"MeasureConfig.{name} must be >= 1")

@@ -19,6 +19,7 @@ from workers.results import RunResult
 DEFAULT_MEASURE_FN = "workers.measure:measure_artifact"
 CPU_RESOURCE = "tunefarm_cpu"  # nodes whose host CPU measures candidates
 ARM_RESOURCE = "tunefarm_arm64"  # native aarch64 nodes
+HOST_KINDS = ("cpu", "arm64")  # kernels that run on the runner's own cores
 
 
 @ray.remote(num_cpus=0, max_restarts=0, max_concurrency=1)
@@ -32,8 +33,11 @@ class DeviceRunner:
         measure_fn: str = DEFAULT_MEASURE_FN,
         slot: str = "",
     ) -> None:
+        from workers.measure import pin_host_threads
         from workers.sandbox import resolve
 
+        if device_kind in HOST_KINDS:
+            pin_host_threads(config.threads)
         self.device_kind = device_kind
         self.config = config
         self.measure_fn = resolve(measure_fn)

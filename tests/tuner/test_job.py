@@ -134,6 +134,19 @@ def test_search_population_is_sized_from_the_round() -> None:
         TuneConfig(trials=8, population=1)
 
 
+def test_runners_time_kernels_on_the_targets_cores() -> None:
+    """A job's runners use the target's num-cores (what its schedules parallelize for and
+    bench runs with) unless the measure config says otherwise; GPUs have no such count."""
+    from tuner.job import measure_for
+    from tuner.targets import resolve_target
+
+    cpu = tvm.target.Target({"kind": "llvm", "num-cores": 3})
+    assert measure_for(MeasureConfig(), cpu).threads == 3
+    assert measure_for(MeasureConfig(threads=1), cpu).threads == 1
+    assert measure_for(MeasureConfig(), tvm.target.Target({"kind": "llvm"})).threads is None
+    assert measure_for(MeasureConfig(), resolve_target("cuda", "sm_80")).threads is None
+
+
 def test_search_generations_reach_the_evolutionary_search() -> None:
     from tuner.job import GENERATIONS, TuneConfig, _strategy
     from tuner.search.driver import SearchPlan

@@ -82,3 +82,56 @@ def test_ray_builder_and_runner(llvm_target) -> None:
         assert ledger.get(capped[1].artifact_path).dropped and builder.budget.left == 0
         runner.shutdown()
     assert not ray.is_initialized()
+
+
+def _pool_size(_self: object) -> tuple[int, str | None]:
+    import os
+
+    return tvm.get_global_func("runtime.NumThreads")(), os.environ.get("OMP_NUM_THREADS")
+
+
+@pytest.mark.ray
+def test_cpu_runner_times_kernels_on_the_configured_threads() -> None:
+    """Ray starts an actor that reserves no CPU with OMP_NUM_THREADS=1, which TVM's thread
+    pool reads: unpinned, a runner timed every candidate on one thread while the model runs
+    on all of the target's cores."""
+    from dataclasses import replace
+
+    import ray
+
+    from workers.connection import RayConnection
+    from workers.slots import DeviceRunner
+
+    with RayConnection(num_cpus=2):
+        for threads in (1, 2):
+            runner = DeviceRunner.remote("cpu", replace(FAST, threads=threads))
+            assert ray.get(runner.__ray_call__.remote(_pool_size)) == (threads, "1")
+            ray.kill(runner)
+    with pytest.raises(ValueError, match="threads"):
+        MeasureConfig(threads=0)
+
+
+@pytest.mark.ray
+def test_an_exclusive_runner_returns_once_everything_is_measured(llvm_target) -> None:
+    """On the host CPU of a one-node cluster the runner measures alone: run() returns with
+    every future resolved, so MetaSchedule's loop cannot start the next search or builds on
+    the cores being measured."""
+    from workers.builder import RayBuilder
+    from workers.connection import RayConnection
+    from workers.ledger import Ledger
+    from workers.runner import RayRunner
+
+    mods = [matmul_mod(), matmul_mod(8, 8, 8), matmul_mod(32, 8, 16)]
+    with RayConnection(num_cpus=2):
+        ledger = Ledger()
+        built = RayBuilder(ledger, FAST).build([BuilderInput(m, llvm_target) for m in mods])
+        runner = RayRunner(ledger, FAST, exclusive=True)
+        inputs = [
+            RunnerInput(b.artifact_path, "cpu", ArgInfo.from_prim_func(m["main"]))
+            for b, m in zip(built, mods, strict=True)
+        ]
+        futures = runner.run(inputs)
+        assert all(f.done() for f in futures)
+        assert all(f.result().error_msg is None for f in futures)
+        assert runner.wait_sec > 0
+        runner.shutdown()

@@ -43,18 +43,6 @@ def _loaded(artifact: bytes) -> Iterator[Any]:
         yield tvm.runtime.load_module(path)
 
 
-def pin_host_threads(threads: int | None) -> int:
-    """Size this process's TVM thread pool for timing host kernels, before its first use:
-    ``threads``, else ``TVM_NUM_THREADS`` if set, else the machine's CPUs. Ray starts an actor
-    that reserves no CPU with ``OMP_NUM_THREADS=1``, which TVM's pool reads when
-    ``TVM_NUM_THREADS`` is unset: a runner would time every candidate on one thread while
-    the model runs on all of the target's cores, and pick schedules for the wrong machine."""
-    env = os.environ.get("TVM_NUM_THREADS", "")
-    n = threads or (int(env) if env.isdigit() and int(env) > 0 else os.cpu_count() or 1)
-    os.environ["TVM_NUM_THREADS"] = str(n)
-    return n
-
-
 def measure_artifact(
     artifact: bytes,
     args_info: list[Any],

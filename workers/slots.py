@@ -22,6 +22,19 @@ ARM_RESOURCE = "tunefarm_arm64"  # native aarch64 nodes
 HOST_KINDS = ("cpu", "arm64")  # kernels that run on the runner's own cores
 
 
+def pin_host_threads(threads: int | None) -> int:
+    """Size this process's TVM thread pool for timing host kernels, before its first use:
+    ``threads``, else ``TVM_NUM_THREADS`` if set, else the machine's CPUs. Ray starts an actor
+    that reserves no CPU with ``OMP_NUM_THREADS=1``, which TVM's pool reads when
+    ``TVM_NUM_THREADS`` is unset: a runner would time every candidate on one thread while
+    the model runs on all of the target's cores, and pick schedules for the wrong machine.
+    (Here, not in :mod:`workers.measure`: an actor starts without importing TVM.)"""
+    env = os.environ.get("TVM_NUM_THREADS", "")
+    n = threads or (int(env) if env.isdigit() and int(env) > 0 else os.cpu_count() or 1)
+    os.environ["TVM_NUM_THREADS"] = str(n)
+    return n
+
+
 @ray.remote(num_cpus=0, max_restarts=0, max_concurrency=1)
 class DeviceRunner:
     """A Ray actor owning one device; it measures one candidate at a time."""
@@ -33,7 +46,6 @@ class DeviceRunner:
         measure_fn: str = DEFAULT_MEASURE_FN,
         slot: str = "",
     ) -> None:
-        from workers.measure import pin_host_threads
         from workers.sandbox import resolve
 
         if device_kind in HOST_KINDS:

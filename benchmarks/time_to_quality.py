@@ -209,8 +209,9 @@ def run_tunefarm(
         model_name=workload,
     )
     wall = time.time() - start
-    schedules = final_schedules(TuneFarmDatabase(Storage(url, create=False), target), tasks, target)
-    rows = record_timeline(Storage(url, create=False), valid_only=True)
+    storage = Storage(url, create=False)
+    schedules = final_schedules(TuneFarmDatabase(storage, target), tasks, target)
+    rows = record_timeline(storage, valid_only=True)
     events = [
         (created.timestamp() - start, shash, float(sec))
         for shash, created, sec in rows
@@ -640,7 +641,8 @@ def main(argv: list[str] | None = None) -> int:
         for workload in args.workloads:
             rel, buckets = WORKLOADS[workload]
             model_path = ROOT / rel
-            n_tasks = len(_bucket_tasks(model_path, target, buckets))
+            weights = [bt.task.weight for bt in _bucket_tasks(model_path, target, buckets)]
+            n_tasks = len(weights)
             trials = n_tasks * args.trials_per_task
             history = None
             if any(v in WARM_VARIANTS for v in args.variants):
@@ -686,7 +688,6 @@ def main(argv: list[str] | None = None) -> int:
                     runs.append(run)
                     schedules.append(final)
             console.print(f"[bold]{workload}[/bold]: re-timing the final schedules side by side")
-            weights = [bt.task.weight for bt in _bucket_tasks(model_path, target, buckets)]
             runs = [
                 replace(r, retimed_sec=sec)
                 for r, sec in zip(runs, retime(schedules, weights, target), strict=True)

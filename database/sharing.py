@@ -19,7 +19,7 @@ from typing import Any
 import tvm
 from sqlalchemy import Select, delete, func, select
 from sqlalchemy.orm import Session
-from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord, Workload
+from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 
 from database.bulk import add_many
 from database.errors import DatabaseError, error_summary
@@ -30,7 +30,8 @@ from database.storage import Storage, redact
 WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
 # TuneFarm's own facts about each exported workload (task name, symbolic kernel and bucket),
-# one JSON line per workload keyed by its structural hash; stock MetaSchedule ignores it.
+# one JSON line per line of WORKLOAD_FILE, in its order (``index``; files written before had
+# only the structural hash, which two kernels of one structure share); stock ignores it.
 INFO_FILE = "tunefarm_workloads.json"
 FAILED_RUN_SEC = 1e9  # stock MetaSchedule stores a failed run as 1e10 seconds
 
@@ -98,37 +99,37 @@ def export_metaschedule(
 
     rows = storage.run(load, write=False)
     out_dir.mkdir(exist_ok=True)
-    partial = [p.with_name(p.name + ".partial") for p in paths]  # renamed over paths at the end
-    for path in partial:
-        path.unlink(missing_ok=True)
-    stock = JSONDatabase(str(partial[0]), str(partial[1]), allow_missing=True)
-    workloads: dict[int, Workload] = {}
-    infos: list[str] = []
+    # The lines are written here, not through a stock JSONDatabase: its commit_workload folds
+    # structurally equal modules into one, so a kernel with another kernel's structure and
+    # other block names (BERT's T_add beside GPT-2's add) would get the first one's line, and
+    # its records a workload their traces cannot replay on. Stock loads every line as its own
+    # workload and attaches each record to the line its index names.
+    index: dict[int, int] = {}  # workload row id -> line of WORKLOAD_FILE
+    lines: tuple[list[str], list[str], list[str]] = ([], [], [])
     for row, mod_json, wl in rows:
-        if row.workload_id not in workloads:
-            workloads[row.workload_id] = stock.commit_workload(tvm.ir.load_json(mod_json))
-            infos.append(json.dumps(_info_of(wl), sort_keys=True))
-        stock.commit_tuning_record(
-            TuningRecord.from_json(
-                [
-                    json.loads(row.trace_json),
-                    json.loads(row.run_secs_json or "null"),
-                    json.loads(row.target_json),
-                    json.loads(row.args_info_json),
-                ],
-                workloads[row.workload_id],
-            )
-        )
-    partial[2].write_text("".join(line + "\n" for line in infos), encoding="utf-8")
-    for src, dest in zip(partial, paths, strict=True):
-        src.touch()  # an empty export still writes every file
-        src.replace(dest)
-    return CopySummary(workloads=len(workloads), records=len(rows), added=len(rows))
+        if row.workload_id not in index:
+            index[row.workload_id] = len(index)
+            lines[0].append(json.dumps(Workload(tvm.ir.load_json(mod_json)).as_json()))
+            lines[2].append(json.dumps(_info_of(wl, index[row.workload_id]), sort_keys=True))
+        body = [
+            json.loads(row.trace_json),
+            json.loads(row.run_secs_json),
+            json.loads(row.target_json),
+            json.loads(row.args_info_json),
+        ]
+        lines[1].append(json.dumps([index[row.workload_id], body]))
+    for path, text in zip(paths, lines, strict=True):  # each whole, then renamed into place
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text("".join(line + "\n" for line in text), encoding="utf-8")
+        partial.replace(path)
+    return CopySummary(workloads=len(index), records=len(rows), added=len(rows))
 
 
-def _info_of(wl: WorkloadRow) -> dict[str, Any]:
-    """The line of :data:`INFO_FILE` that describes one workload row."""
+def _info_of(wl: WorkloadRow, index: int) -> dict[str, Any]:
+    """The line of :data:`INFO_FILE` that describes one workload row (line ``index`` of
+    :data:`WORKLOAD_FILE`)."""
     return {
+        "index": index,
         "shash": wl.shash,
         "task_name": wl.task_name,
         "family_shash": wl.family_shash,
@@ -136,15 +137,19 @@ def _info_of(wl: WorkloadRow) -> dict[str, Any]:
     }
 
 
-def _read_infos(path: Path) -> dict[str, WorkloadLabels]:
-    """TuneFarm's workload facts beside a stock export, by structural hash (none: {})."""
+def _read_infos(path: Path) -> dict[int | str, WorkloadLabels]:
+    """TuneFarm's workload facts beside a stock export, by line of :data:`WORKLOAD_FILE`
+    (``index``), or by structural hash in files written before it had one (none: {})."""
     if not path.exists():
         return {}
-    infos: dict[str, WorkloadLabels] = {}
+    infos: dict[int | str, WorkloadLabels] = {}
     for lineno, entry in _lines(path):
         where = f"{path}:{lineno}"
         if not isinstance(entry, dict) or not isinstance(entry.get("shash"), str):
             raise DatabaseError(f"{where}: expected an object with a 'shash'")
+        index = entry.get("index")
+        if index is not None and not (type(index) is int and index >= 0):
+            raise DatabaseError(f"{where}: 'index' must be a line number of {WORKLOAD_FILE}")
         name, family, bucket = (
             entry.get("task_name"),
             entry.get("family_shash"),
@@ -160,7 +165,7 @@ def _read_infos(path: Path) -> dict[str, WorkloadLabels]:
             and all(isinstance(k, str) and type(v) is int for k, v in bucket.items())
         ):
             raise DatabaseError(f"{where}: 'bucket' must map variable names to integers")
-        infos[entry["shash"]] = WorkloadLabels(
+        infos[entry["shash"] if index is None else index] = WorkloadLabels(
             task_name=name, family=(family, bucket) if family is not None else None
         )
     return infos
@@ -215,7 +220,10 @@ def import_metaschedule(storage: Storage, src: Path) -> CopySummary:
                 f"{wpath}:{lineno}: not a workload ({error_summary(err)})"
             ) from None
     infos = _read_infos(src / INFO_FILE)
-    info_of = [infos.get(shash_of(w.mod), WorkloadLabels()) for w in workloads] if infos else []
+    info_of = [
+        infos.get(i) or infos.get(shash_of(w.mod)) or WorkloadLabels()
+        for i, w in enumerate(workloads)
+    ]
     items: list[tuple[Measurement, WorkloadLabels]] = []
     for lineno, entry in _lines(rpath):
         where = f"{rpath}:{lineno}"
@@ -238,12 +246,7 @@ def import_metaschedule(storage: Storage, src: Path) -> CopySummary:
             )
         except Exception as err:
             raise DatabaseError(f"{where}: not a tuning record ({error_summary(err)})") from None
-        items.append(
-            (
-                measurement,
-                info_of[index] if info_of else WorkloadLabels(),
-            )
-        )
+        items.append((measurement, info_of[index]))
     job = {"name": f"import {src}", "target_json": "{}", "budget": 0, "status": "imported"}
     added = add_many(storage, items, job=job)
     return CopySummary(workloads=len(workloads), records=len(items), added=added)

@@ -14,6 +14,7 @@ from database.records import (
     Measurement,
     WorkloadIds,
     WorkloadLabels,
+    insert_generic_run,
     insert_record,
     record_values,
     workload_row_id,
@@ -27,12 +28,15 @@ def add_many(
     *,
     job: dict[str, Any] | None = None,
     copy_jobs: list[dict[str, Any]] | None = None,
+    generic_runs: list[dict[str, Any]] | None = None,
 ) -> int:
     """Store measurements with their workloads in ONE transaction; returns how many were new.
 
     Used by import and merge: either everything lands or nothing does. ``job`` creates a
     job row that the records point to; ``copy_jobs`` copies other jobs (each with its
-    ``old_id``), and records' ``job_id`` are mapped from the old ids to the copies.
+    ``old_id``), and records' ``job_id`` are mapped from the old ids to the copies;
+    ``generic_runs`` (column values) are added where the same kernel, bucket, target and
+    device has none.
     """
 
     def write(session: Session) -> int:
@@ -75,6 +79,8 @@ def add_many(
                 session.execute(
                     update(RecordRow).where(RecordRow.id == rid).values(job_id=copy_of(m.job_id))
                 )
+        for values in generic_runs or []:
+            insert_generic_run(session, dict(values))
         return added
 
     return storage.run(write)

@@ -155,3 +155,34 @@ class RecordFeatures(Base):
     per_store: Mapped[bytes] = mapped_column(LargeBinary)
     per_store_rows: Mapped[int] = mapped_column(Integer)
     per_store_cols: Mapped[int] = mapped_column(Integer)
+
+
+class GenericRun(Base):
+    """The measured time of a symbolic kernel's generic code (its untuned default schedule,
+    symbolic extents) run at one bucket's shapes, on a target.
+
+    The build weighs it against the bucket kernels: a static kernel with constant extents,
+    even untuned, can run 10x faster than the same code with symbolic extents (BERT's
+    attention matmuls at s=16). Keyed by the kernel's structural hash (``family_shash``, as
+    workloads' ``family_shash``): block names do not change the code, so kernels of one
+    structure share a time. No workload row: nothing replays on it.
+    """
+
+    __tablename__ = "generic_runs"
+    __table_args__ = (
+        UniqueConstraint(
+            "family_shash", "bucket_json", "target_key", "device_key", name="uq_generic_run"
+        ),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    family_shash: Mapped[str] = mapped_column(String(32))
+    bucket_json: Mapped[str] = mapped_column(Text)
+    target_key: Mapped[str] = mapped_column(String(40))
+    target_kind: Mapped[str] = mapped_column(String(32))
+    target_arch: Mapped[str | None] = mapped_column(String(64))
+    device: Mapped[str | None] = mapped_column(Text)
+    device_key: Mapped[str | None] = mapped_column(String(40))
+    run_secs_json: Mapped[str] = mapped_column(Text)
+    mean_sec: Mapped[float] = mapped_column(Float)
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -22,7 +22,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord, Workload
 
 from database.jobs import set_job_fields
-from database.models import EMPTY_TRACE, RecordRow, WorkloadRow
+from database.models import EMPTY_TRACE, GenericRun, RecordRow, WorkloadRow
 from database.records import (
     BEST_QUERIES,
     LOOKUP_LEVELS,
@@ -30,6 +30,7 @@ from database.records import (
     BestRecord,
     Measurement,
     device_key,
+    insert_generic_run,
     insert_record,
     insert_records,
     record_values,
@@ -337,6 +338,47 @@ class TuneFarmDatabase(PyDatabase):
             return record
         except Exception as err:  # TVM's InternalError/ValueError for a foreign trace
             return self._skip(key, err)
+
+    def generic_sec(
+        self, family_shash: str, bucket: dict[str, int], target: tvm.target.Target
+    ) -> float | None:
+        """Measured time of the symbolic kernel ``family_shash``'s generic code at ``bucket``'s
+        shapes on ``target`` (:class:`~database.models.GenericRun`; None: never measured)."""
+        query = select(func.min(GenericRun.mean_sec)).where(
+            GenericRun.family_shash == family_shash,
+            GenericRun.bucket_json == json.dumps(bucket, sort_keys=True),
+            GenericRun.target_key == TargetKey.of(target).key,
+        )
+        return self.storage.run(lambda s: s.scalar(query), write=False)
+
+    def add_generic_run(
+        self,
+        family_shash: str,
+        bucket: dict[str, int],
+        target: tvm.target.Target,
+        run_secs: list[float],
+        *,
+        device: str | None = None,
+        job_id: int | None = None,
+    ) -> bool:
+        """Store a generic-code time (see :meth:`generic_sec`); False when this device already
+        has one for the kernel, bucket and target (the first stays)."""
+        if not run_secs or any(not math.isfinite(t) or t <= 0 for t in run_secs):
+            raise ValueError(f"a generic run needs positive finite run times: {run_secs}")
+        tkey = TargetKey.of(target)
+        values = {
+            "family_shash": family_shash,
+            "bucket_json": json.dumps(bucket, sort_keys=True),
+            "target_key": tkey.key,
+            "target_kind": tkey.kind,
+            "target_arch": tkey.arch,
+            "device": device,
+            "device_key": device_key(device),
+            "run_secs_json": json.dumps(run_secs),
+            "mean_sec": sum(run_secs) / len(run_secs),
+            "job_id": job_id,
+        }
+        return self.storage.run(lambda s: insert_generic_run(s, values)) > 0
 
     def default_schedule_sec(self, mod: IRModule, target: tvm.target.Target) -> float | None:
         """Measured time of ``mod``'s untuned default schedule (an empty trace) on ``target``."""

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 from tvm.ir import IRModule
 from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 
-from database.models import RecordRow, WorkloadRow
+from database.models import GenericRun, RecordRow, WorkloadRow
 from database.targets import TargetKey
 
 # Lookup levels, most specific first: the same device (fingerprint) and target, the same
@@ -313,3 +313,21 @@ def insert_records(dialect: str) -> Any:
 def insert_record(dialect: str, values: dict[str, Any]) -> Any:
     """:func:`insert_records` of one row: its id, or None when it was already stored."""
     return insert_records(dialect).values(**values)
+
+
+def insert_generic_run(session: Session, values: dict[str, Any]) -> int:
+    """Add a :class:`~database.models.GenericRun` row unless one of the same kernel, bucket,
+    target and device is stored (a NULL device included, which a unique constraint would let
+    through); 1 when added, else 0."""
+    device = values.get("device_key")
+    same = select(GenericRun.id).where(
+        GenericRun.family_shash == values["family_shash"],
+        GenericRun.bucket_json == values["bucket_json"],
+        GenericRun.target_key == values["target_key"],
+        GenericRun.device_key.is_(None) if device is None else GenericRun.device_key == device,
+    )
+    if session.execute(same.limit(1)).first() is not None:
+        return 0
+    session.add(GenericRun(**values))
+    session.flush()
+    return 1

@@ -23,8 +23,8 @@ from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 
 from database.bulk import add_many
 from database.errors import DatabaseError, error_summary
-from database.models import JobRow, MetaRow, RecordRow, WorkloadRow, utcnow
-from database.records import Measurement, WorkloadLabels, shash_of
+from database.models import GenericRun, JobRow, MetaRow, RecordRow, WorkloadRow, utcnow
+from database.records import Measurement, WorkloadLabels, device_key, shash_of
 from database.storage import Storage, redact
 
 WORKLOAD_FILE = "database_workload.json"
@@ -33,6 +33,9 @@ RECORD_FILE = "database_tuning_record.json"
 # one JSON line per line of WORKLOAD_FILE, in its order (``index``; files written before had
 # only the structural hash, which two kernels of one structure share); stock ignores it.
 INFO_FILE = "tunefarm_workloads.json"
+# The times of symbolic kernels' generic code at each bucket (GenericRun), one JSON line each,
+# so that an import builds the dispatch its source builds; stock MetaSchedule ignores it.
+GENERIC_FILE = "tunefarm_generic_runs.json"
 FAILED_RUN_SEC = 1e9  # stock MetaSchedule stores a failed run as 1e10 seconds
 
 
@@ -86,18 +89,21 @@ def export_metaschedule(
         )
     if not out_dir.parent.is_dir():
         raise DatabaseError(f"folder does not exist: {out_dir.parent}")
-    paths = [out_dir / WORKLOAD_FILE, out_dir / RECORD_FILE, out_dir / INFO_FILE]
+    paths = [out_dir / f for f in (WORKLOAD_FILE, RECORD_FILE, INFO_FILE, GENERIC_FILE)]
     if not force and any(p.exists() and p.stat().st_size for p in paths):
         raise DatabaseError(
             f"{out_dir} already holds a MetaSchedule database; choose an empty folder "
             "or use --force to replace it"
         )
 
-    def load(session: Session) -> list[tuple[RecordRow, str, WorkloadRow]]:
+    def load(
+        session: Session,
+    ) -> tuple[list[tuple[RecordRow, str, WorkloadRow]], list[dict[str, Any]]]:
         ids = best_record_ids(session) if best_only else None
-        return [r for r in _stream(session, ids) if r[0].mean_sec is not None]
+        rows = [r for r in _stream(session, ids) if r[0].mean_sec is not None]
+        return rows, _generic_runs(session)
 
-    rows = storage.run(load, write=False)
+    rows, generics = storage.run(load, write=False)
     out_dir.mkdir(exist_ok=True)
     # The lines are written here, not through a stock JSONDatabase: its commit_workload folds
     # structurally equal modules into one, so a kernel with another kernel's structure and
@@ -105,7 +111,7 @@ def export_metaschedule(
     # its records a workload their traces cannot replay on. Stock loads every line as its own
     # workload and attaches each record to the line its index names.
     index: dict[int, int] = {}  # workload row id -> line of WORKLOAD_FILE
-    lines: tuple[list[str], list[str], list[str]] = ([], [], [])
+    lines: tuple[list[str], ...] = ([], [], [], [_generic_line(g) for g in generics])
     for row, mod_json, wl in rows:
         if row.workload_id not in index:
             index[row.workload_id] = len(index)
@@ -135,6 +141,56 @@ def _info_of(wl: WorkloadRow, index: int) -> dict[str, Any]:
         "family_shash": wl.family_shash,
         "bucket": json.loads(wl.bucket_json) if wl.bucket_json else None,
     }
+
+
+def _generic_line(values: dict[str, Any]) -> str:
+    """The line of :data:`GENERIC_FILE` of one generic run (its column values)."""
+    keys = ("family_shash", "target_key", "target_kind", "target_arch", "device")
+    return json.dumps(
+        {
+            **{k: values[k] for k in keys},
+            "bucket": json.loads(values["bucket_json"]),
+            "run_secs": json.loads(values["run_secs_json"]),
+        },
+        sort_keys=True,
+    )
+
+
+def _read_generic_runs(path: Path) -> list[dict[str, Any]]:
+    """The generic runs of :data:`GENERIC_FILE` as column values, every line checked (none
+    when the folder has no such file)."""
+    if not path.exists():
+        return []
+    out = []
+    for lineno, entry in _lines(path):
+        where = f"{path}:{lineno}"
+        strings = ("family_shash", "target_key", "target_kind")
+        optional = ("target_arch", "device")
+        if not (
+            isinstance(entry, dict)
+            and all(isinstance(entry.get(k), str) for k in strings)
+            and all(entry.get(k) is None or isinstance(entry[k], str) for k in optional)
+            and isinstance(entry.get("bucket"), dict)
+            and all(type(v) is int for v in entry["bucket"].values())
+        ):
+            raise DatabaseError(
+                f"{where}: expected a generic run (family_shash, bucket of integers, "
+                "target_key, target_kind, run_secs)"
+            )
+        secs = _run_secs(entry.get("run_secs"), where)
+        if secs is None:
+            raise DatabaseError(f"{where}: a generic run has no failed times")
+        out.append(
+            {
+                **{k: entry[k] for k in strings},
+                **{k: entry.get(k) for k in optional},
+                "bucket_json": json.dumps(entry["bucket"], sort_keys=True),
+                "device_key": device_key(entry.get("device")),
+                "run_secs_json": json.dumps(secs),
+                "mean_sec": sum(secs) / len(secs),
+            }
+        )
+    return out
 
 
 def _read_infos(path: Path) -> dict[int | str, WorkloadLabels]:
@@ -247,8 +303,9 @@ def import_metaschedule(storage: Storage, src: Path) -> CopySummary:
         except Exception as err:
             raise DatabaseError(f"{where}: not a tuning record ({error_summary(err)})") from None
         items.append((measurement, info_of[index]))
+    generics = _read_generic_runs(src / GENERIC_FILE)
     job = {"name": f"import {src}", "target_json": "{}", "budget": 0, "status": "imported"}
-    added = add_many(storage, items, job=job)
+    added = add_many(storage, items, job=job, generic_runs=generics)
     return CopySummary(workloads=len(workloads), records=len(items), added=added)
 
 
@@ -261,11 +318,13 @@ def merge(storage: Storage, other_url: str) -> CopySummary:
     if other.engine.url == storage.engine.url:
         raise DatabaseError("cannot merge a database into itself")
 
-    def load(session: Session) -> tuple[list[tuple[RecordRow, str, WorkloadRow]], list[JobRow]]:
+    def load(
+        session: Session,
+    ) -> tuple[list[tuple[RecordRow, str, WorkloadRow]], list[JobRow], list[dict[str, Any]]]:
         jobs = list(session.scalars(select(JobRow).order_by(JobRow.id)))
-        return list(_stream(session, None)), jobs
+        return list(_stream(session, None)), jobs, _generic_runs(session)
 
-    rows, jobs = other.run(load, write=False)
+    rows, jobs, generics = other.run(load, write=False)
     other.dispose()
     modules: dict[int, Workload] = {}
     items: list[tuple[Measurement, WorkloadLabels]] = []
@@ -316,8 +375,18 @@ def merge(storage: Storage, other_url: str) -> CopySummary:
         }
         for j in jobs
     ]
-    added = add_many(storage, items, copy_jobs=copied)
+    added = add_many(storage, items, copy_jobs=copied, generic_runs=generics)
     return CopySummary(workloads=len(modules), records=len(items), added=added)
+
+
+def _generic_runs(session: Session) -> list[dict[str, Any]]:
+    """Every generic-code time (:class:`~database.models.GenericRun`), as column values
+    without the row's id and job (a copy names no job of its source)."""
+    skip = {"id", "job_id"}
+    return [
+        {c: getattr(row, c) for c in _columns(GenericRun) if c not in skip}
+        for row in session.scalars(select(GenericRun).order_by(GenericRun.id))
+    ]
 
 
 # ------------------------------------------------------------------ schedule packs
@@ -333,10 +402,12 @@ def export_pack(storage: Storage, path: Path, *, force: bool = False) -> CopySum
     if not path.parent.is_dir():
         raise DatabaseError(f"folder does not exist: {path.parent}")
 
-    def load(session: Session) -> list[tuple[RecordRow, str, WorkloadRow]]:
-        return list(_stream(session, best_record_ids(session)))
+    def load(
+        session: Session,
+    ) -> tuple[list[tuple[RecordRow, str, WorkloadRow]], list[dict[str, Any]]]:
+        return list(_stream(session, best_record_ids(session))), _generic_runs(session)
 
-    rows = storage.run(load, write=False)
+    rows, generics = storage.run(load, write=False)
     tmp = path.with_name(path.name + ".partial")
     tmp.unlink(missing_ok=True)
     pack = Storage(f"sqlite:///{tmp}")
@@ -355,6 +426,8 @@ def export_pack(storage: Storage, path: Path, *, force: bool = False) -> CopySum
                 values = {c: getattr(row, c) for c in _columns(RecordRow) if c != "id"}
                 values.update(workload_id=wmap[wl.id], job_id=None)
                 session.add(RecordRow(**values))
+            for values in generics:  # the build's dispatch weighs them
+                session.add(GenericRun(**values))
             session.merge(
                 MetaRow(
                     key="pack",

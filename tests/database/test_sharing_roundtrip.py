@@ -20,10 +20,17 @@ import tvm_ffi
 from sqlalchemy import select
 from tvm.s_tir.meta_schedule.database import JSONDatabase
 
-from database import Storage, TuneFarmDatabase
-from database.models import RecordRow, WorkloadRow
+from database import DatabaseError, Storage, TuneFarmDatabase
+from database.models import GenericRun, RecordRow, WorkloadRow
 from database.records import block_names, same_workload
-from database.sharing import INFO_FILE, export_metaschedule, import_metaschedule, merge
+from database.sharing import (
+    GENERIC_FILE,
+    INFO_FILE,
+    export_metaschedule,
+    export_pack,
+    import_metaschedule,
+    merge,
+)
 from tests.conftest import DATA, matmul_mod
 from tests.database.test_database import _candidate, _measure
 
@@ -86,10 +93,25 @@ def test_export_import_keeps_records_on_their_kernels(
 ) -> None:
     out = tmp_path / "ms"
     exported = export_metaschedule(Storage(dyn_tuned_db, create=False), out)
+    # a bad line of the generic-run file: one error naming it, nothing stored
+    good = (out / GENERIC_FILE).read_text()
+    (out / GENERIC_FILE).write_text(good + '{"family_shash": "x", "bucket": {"n": 1.5}}\n')
+    with pytest.raises(DatabaseError, match=rf"{GENERIC_FILE}:\d+: expected a generic run"):
+        import_metaschedule(Storage(any_url), out)
+    (out / GENERIC_FILE).write_text(good)
     done = import_metaschedule(Storage(any_url), out)
     assert done.added == done.records == exported.records
     _assert_same_records(dyn_tuned_db, any_url, valid_only=True)
+    # the generic-code times come along (their own file): the copy builds the same dispatch
+    assert _generic_runs(any_url) == _generic_runs(dyn_tuned_db) != []
     assert tvm_ffi.structural_equal(_applied(any_url), source_build)
+
+
+def _generic_runs(url: str) -> list[tuple[str, str, str, float]]:
+    query = select(
+        GenericRun.family_shash, GenericRun.bucket_json, GenericRun.target_key, GenericRun.mean_sec
+    )
+    return sorted(Storage(url, create=False).run(lambda s: list(s.execute(query)), write=False))
 
 
 def test_merge_keeps_records_on_their_kernels(
@@ -99,6 +121,20 @@ def test_merge_keeps_records_on_their_kernels(
     assert done.added == done.records
     _assert_same_records(dyn_tuned_db, any_url, valid_only=False)
     assert tvm_ffi.structural_equal(_applied(any_url), source_build)
+    # the generic-code times the build's dispatch weighs come along, once
+    assert _generic_runs(any_url) == _generic_runs(dyn_tuned_db) != []
+    merge(Storage(any_url), dyn_tuned_db)
+    assert _generic_runs(any_url) == _generic_runs(dyn_tuned_db)
+
+
+def test_a_pack_builds_what_its_source_builds(
+    dyn_tuned_db: str, source_build: tvm.IRModule, tmp_path: Path
+) -> None:
+    pack = tmp_path / "team.pack.db"
+    export_pack(Storage(dyn_tuned_db, create=False), pack)
+    url = f"sqlite:///{pack}"
+    assert _generic_runs(url) == _generic_runs(dyn_tuned_db) != []
+    assert tvm_ffi.structural_equal(_applied(url), source_build)
 
 
 @pytest.mark.slow

@@ -8,14 +8,20 @@ from pathlib import Path
 import pytest
 import tvm
 
-from database import Storage, TuneFarmDatabase
+from database import Storage, TuneFarmDatabase, shash_of
 from tests.conftest import DATA
 from tuner.bench import bench, sweep_values
 from tuner.compile import apply_database, compile
 from tuner.errors import TuneFarmError
 from tuner.model import load_model
 from tuner.pipeline import normalize, prepare
-from tuner.symbolic.dispatch import BucketKernel, KernelDispatch, add_dispatch, choose_intervals
+from tuner.symbolic.dispatch import (
+    BucketKernel,
+    KernelDispatch,
+    PadBuffer,
+    add_dispatch,
+    choose_intervals,
+)
 from tuner.symbolic.rangekernel import pad_kernel, pad_values, symbolic_var, work_degree
 
 MODEL = DATA / "dyn_kernels.py"
@@ -114,6 +120,50 @@ def test_dispatch_intervals_scale_by_work_degree_and_prefer_static_on_ties() -> 
     tiny = BucketKernel(16, 1, "k_n16", "exact", 8e-6)
     got = [(upper, bk and bk.name) for upper, bk in choose_intervals((tiny,), ((16, 16e-6),))]
     assert got == [(6, None), (16, "k_n16")]
+
+
+def test_an_exact_static_kernel_serves_its_own_bucket_unpadded() -> None:
+    """BERT's q @ k^T at s=16: tuned static kernel 1.8 us, its generic code measured at 16.6 us
+    there, padding two inputs and slicing the s x s output estimated at ~14 us. The padded
+    static kernel cannot beat the generic one by the margin; the exact one (tile 1: called at
+    16 alone, nothing padded) does, and serves no other value."""
+    buffers = (PadBuffer(128, 1), PadBuffer(128, 1), PadBuffer(2, 2, output=True))
+    static = BucketKernel(16, 16, "k_s16_static", "target", 1.8e-6, static=True)
+    exact = BucketKernel(16, 1, "k_s16_exact", "target", 1.8e-6, static=True)
+    assert exact.exact and not static.exact and exact.label == "exact"
+    assert exact.cost(16, 2, buffers) == pytest.approx(1.8e-6)
+    assert exact.cost(15, 2, buffers) == exact.cost(17, 2, buffers) == float("inf")
+    generic = ((16, 16.6e-6),)
+    got = [(u, bk and bk.name) for u, bk in choose_intervals((static,), generic, 2, buffers)]
+    assert got == [(16, None)]
+    got = [(u, bk and bk.name) for u, bk in choose_intervals((static, exact), generic, 2, buffers)]
+    assert got == [(15, None), (16, "k_s16_exact")]
+    assert KernelDispatch("k", "s", (static, exact), generic, 2, buffers).above is None
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_the_tune_times_each_kernels_generic_code_and_the_build_weighs_it(
+    dyn_tuned_db, llvm_target
+) -> None:
+    """The job times every one-variable kernel's generic code at each bucket's shapes (the
+    static default schedule's time is not the generic kernel's: constant extents vectorize);
+    the dispatch rule compares the bucket kernels with those times."""
+    db = TuneFarmDatabase(Storage(dyn_tuned_db, create=False))
+    prepared = prepare(load_model(MODEL).mod, llvm_target)
+    _, plans = add_dispatch(prepared, llvm_target, db)
+    timed = 0
+    for name, func in prepared.functions.items():
+        if not isinstance(func, tvm.tirx.PrimFunc) or symbolic_var(func) is None:
+            continue
+        family = shash_of(normalize(func))
+        secs = [db.generic_sec(family, {"n": n}, llvm_target) for n in (4, 16)]
+        assert all(sec is not None and 0 < sec < 1 for sec in secs), (name.name_hint, secs)
+        timed += 1
+        dispatch = plans[name.name_hint]
+        if dispatch.buckets:  # the rule weighed the measured generic times, not the defaults
+            assert sorted(dispatch.generic) == [(4, secs[0]), (16, secs[1])]
+    assert timed >= 4  # matmul+relu, softmax, n x n scores, mean
 
 
 @pytest.mark.slow
@@ -362,8 +412,8 @@ def _softmax_db(
 def test_flattened_rows_c_times_b_get_the_static_bucket_kernel(tmp_path, llvm_target) -> None:
     """A ViT's tokens flattened to ``[b * 65, 128]``: the kernel's rows are ``c * b``, which
     the dispatch used to leave to the generic (untuned) kernel at every batch. Now values up
-    to a bucket pad the rows to ``c * B`` and run the kernel tuned there; above the largest
-    bucket the generic kernel serves; every value matches numpy."""
+    to a bucket pad the rows to ``c * B`` and run the kernel tuned there (at ``B`` itself
+    unpadded); above the largest bucket the generic kernel serves; every value matches numpy."""
     from tuner.symbolic.rangekernel import coefficient
 
     model = load_model(DATA / "flat_tokens_b.py")
@@ -378,7 +428,9 @@ def test_flattened_rows_c_times_b_get_the_static_bucket_kernel(tmp_path, llvm_ta
     for value, res in zip(values, results, strict=True):
         assert res.agree, (value, res.max_abs_err)
         (chosen,) = res.kernels.values()
-        assert chosen == ("b4_static" if value <= 4 else "generic"), (value, res.kernels)
+        # below the bucket padded to it; at the bucket itself unpadded (exact)
+        expected = "b4_static" if value < 4 else "b4_exact" if value == 4 else "generic"
+        assert chosen == expected, (value, res.kernels)
 
 
 def test_softmax_bucket_kernel_is_dispatched_with_inf_padding(tmp_path, llvm_target) -> None:
@@ -391,12 +443,13 @@ def test_softmax_bucket_kernel_is_dispatched_with_inf_padding(tmp_path, llvm_tar
     results = bench(model, llvm_target, db, [{"n": v} for v in values], repeat=1, min_repeat_ms=1)
     for value, res in zip(values, results, strict=True):
         assert res.agree, (value, res.max_abs_err)
-        # up to 8: the range kernel (one tile of 8); 9..16: the static kernel tuned at 16 (the
-        # same estimated time, and constant shapes), padded to 16; above: the range kernel
-        expected = "n16_static" if 8 < value <= 16 else "n16"
+        # up to 8: the range kernel (one tile of 8); 9..15: the static kernel tuned at 16 (the
+        # same estimated time, and constant shapes), padded to 16; 16: the same unpadded
+        # (exact); above: the range kernel
+        expected = {16: "n16_exact"}.get(value, "n16_static" if 8 < value < 16 else "n16")
         assert res.kernels == {"softmax": expected}, (value, res.kernels)
-    # one branch per model call: main picks a region of n (..8, 9..16, 17..), each region a
-    # copy of the model with its kernel calls inline, no per-call dispatch function; regions
+    # one branch per model call: main picks a region of n (..8, 9..15, 16, 17..), each region
+    # a copy of the model with its kernel calls inline, no per-call dispatch function; regions
     # running the same kernels (..8 and 17..: n16) share one copy
     with llvm_target, db:
         applied, _ = add_dispatch(prepare(model.mod, llvm_target), llvm_target, db)
@@ -406,11 +459,11 @@ def test_softmax_bucket_kernel_is_dispatched_with_inf_padding(tmp_path, llvm_tar
         if gv.name_hint.startswith("main_dispatch_n_")
     }
     assert (
-        set(regions) == {"main_dispatch_n_le8", "main_dispatch_n_le16"}
-        and len(applied.functions) == 1 + 2 + 3
-    )  # main, kernels
+        set(regions) == {"main_dispatch_n_le8", "main_dispatch_n_le15", "main_dispatch_n_le16"}
+        and len(applied.functions) == 1 + 3 + 4
+    )  # main, regions, kernels (generic, range, static, exact)
     assert all(" if " not in f.script() for f in regions.values())
-    assert applied["main"].script().count(" if n <= ") == 2
+    assert applied["main"].script().count(" if n <= ") == 3
 
 
 def _chain_db(path: Path, target: tvm.target.Target) -> TuneFarmDatabase:
@@ -562,7 +615,7 @@ def test_generic_kernel_serves_small_values_from_a_stored_tune(tmp_path, llvm_ta
         assert res.agree, (value, res.max_abs_err)
     (name,) = results[0].kernels
     assert results[0].kernels[name] == "generic"
-    assert results[-1].kernels[name] == "s64_static"
+    assert results[-1].kernels[name] == "s64_exact"  # at its bucket: unpadded
 
 
 def test_bench_flags_values_where_tuned_is_slower() -> None:

@@ -112,8 +112,14 @@ class BucketKernel:
     level: str
     mean_sec: float
     # the kernel tuned at exactly ``value`` (constant shapes), serving values up to ``value``
-    # padded to it; a range kernel (symbolic extents) otherwise
+    # padded to it; a range kernel (symbolic extents) otherwise. A static kernel of tile 1
+    # is *exact*: called at ``value`` alone, with nothing padded or sliced
     static: bool = False
+
+    @property
+    def exact(self) -> bool:
+        """A static kernel that serves its own bucket value alone, unpadded."""
+        return self.static and self.tile == 1
 
     def padded(self, v: int) -> int:
         """The extent the kernel computes at ``v``: ``v`` rounded up to the tile (a static
@@ -125,7 +131,7 @@ class BucketKernel:
         to the tile (a static kernel always does its bucket's work, and only up to it), plus
         the padding and slicing of ``buffers`` (:func:`pad_overhead`). The scaled time is
         never below :data:`CALL_FLOOR_SEC` (or the measured time, if less)."""
-        if self.static and v > self.value:
+        if self.static and (v > self.value or (self.exact and v != self.value)):
             return math.inf
         p = self.padded(v)
         scaled = max(self.mean_sec * (p / self.value) ** degree, min(self.mean_sec, CALL_FLOOR_SEC))
@@ -137,7 +143,7 @@ class BucketKernel:
 
     @property
     def label(self) -> str:
-        return f"tile {self.tile}" if not self.static else "static"
+        return f"tile {self.tile}" if not self.static else "exact" if self.exact else "static"
 
 
 @dataclass(frozen=True)
@@ -301,22 +307,29 @@ def _plan(
     plan = _Plan(KernelDispatch(name, var.name), pads=tuple(pads.get(p.name, 0.0) for p in inputs))
     generic: list[tuple[int, float]] = []
     default_won = 0  # buckets whose best record is the untuned default schedule
+    family = shash_of(norm)
     for bucket, static_mod, bound in usable:
+        # the generic code's own time at the bucket, measured by the tune (constant extents
+        # let LLVM vectorize what symbolic ones do not: BERT's attention matmuls ran 10x
+        # slower generic than their untuned static kernel at s=16); databases tuned before
+        # it was measured have only the static default schedule's time, a lower bound
+        generic_sec = db.generic_sec(family, bucket, target)
         default_sec = db.default_schedule_sec(static_mod, target)
-        if default_sec is not None:
-            generic.append((bucket[var.name], default_sec))
+        if generic_sec is not None or default_sec is not None:
+            generic.append((bucket[var.name], generic_sec or default_sec))
         found = db.best(static_mod, target)
         if found is None:
             continue
         record, level, mean_sec = found
-        if not any(inst.kind.name != "EnterPostproc" for inst in record.trace.insts):
+        default = not any(inst.kind.name != "EnterPostproc" for inst in record.trace.insts)
+        if default and generic_sec is None:
             default_won += 1
-            continue  # the default schedule won: the generic kernel is that schedule already
+            continue  # the default schedule won, and its static kernel is all that was timed
         value = bucket[var.name]
         kname = f"{name}_{var.name}{value}"
         rk: RangeKernel | None = (
-            None
-            if scaled(norm["main"], var.name)
+            None  # the default schedule's range kernel is the generic kernel
+            if default or scaled(norm["main"], var.name)
             else transplant(norm["main"], record.trace, var.name)
         )
         if rk is not None:
@@ -326,6 +339,10 @@ def _plan(
         if static is not None:  # the kernel that was measured, for values padded to the bucket
             bk = BucketKernel(value, value, f"{kname}_static", level, mean_sec, static=True)
             plan.kernels.append((bk, _mark(static, name, f"{var.name}={value}", value)))
+            if value > 1:  # and at the bucket itself, where it pads nothing (its own copy,
+                # marked tile 1, so that a report says which of the two ran)
+                exact = BucketKernel(value, 1, f"{kname}_exact", level, mean_sec, static=True)
+                plan.kernels.append((exact, _mark(static, name, f"{var.name}={value}", 1)))
     if not plan.kernels:
         reason = (
             "the default schedule measured fastest at every bucket"
@@ -450,7 +467,8 @@ def _emit_branch(
     """Emit into ``builder``: pad the inputs along the site's variable to a multiple of
     ``tile`` (input ``i`` with ``pads[i]``), call the padded kernel; return the slice of its
     output back to the variable's extent. A static kernel takes inputs padded to exactly
-    ``tile`` (its bucket) and no ``m``."""
+    ``tile`` (its bucket) and no ``m``; at tile 1 (an exact one, called at its bucket
+    alone) the inputs as they are."""
     extent = site.model_var
     m = tirx.floordiv(extent + (tile - 1), tile)
     padded = tirx.IntImm("int64", tile) if static else m * tile
@@ -471,7 +489,7 @@ def _emit_branch(
             value = builder.emit(relax.op.concat([value, builder.emit(fill)], axis=axis))
         padded_args.append(value)
     out_shape = list(out_sinfo.shape.values)
-    for axis, c in site.out_axes:
+    for axis, c in site.out_axes if tile > 1 else ():  # tile 1: the extent itself
         out_shape[axis] = padded * c
     if static:  # the bucket's kernel has constant shapes: no scalar variable
         padded_args = [a for a in padded_args if isinstance(a.ty, relax.TensorType)]

@@ -5,12 +5,14 @@ Rule (documented in docs/symbolic-shapes.md): for a kernel whose only symbolic v
 the kernel of least estimated time at ``v``:
 
 - the generic kernel (untuned default schedule, symbolic): its time measured at the smallest
-  bucket ``B >= v`` (every tune measures each bucket's default schedule), scaled by the work at
-  ``v``: ``default_sec(B) * (v / B) ** d``; it pads nothing and copies nothing;
+  bucket ``B >= v`` (every tune times each kernel's generic code at each bucket's shapes;
+  databases tuned before have the static default schedule's time, a lower bound), scaled by
+  the work at ``v``: ``generic_sec(B) * (v / B) ** d``; it pads nothing and copies nothing;
 - a bucket's kernel: its measured time at its bucket, scaled by the work at ``v`` padded to its
   tile (a static kernel: always its bucket's time), **plus the cost of the padded branch**
   itself (:func:`pad_overhead`: the zeros, concat and slice ops it runs and the elements they
-  write), which dominates at small ``v`` (a 64-row pad of ``x[1, 128]`` copies 64 rows).
+  write), which dominates at small ``v`` (a 64-row pad of ``x[1, 128]`` copies 64 rows); a
+  static kernel also serves its own bucket value unpadded (*exact*: no branch cost).
 
 Above ``bk``, the kernel of least time per unit of work (the padding overhead included); with
 a shape profile (``build --shape-profile``), the kernel of least expected time over the

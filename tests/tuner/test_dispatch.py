@@ -22,6 +22,8 @@ from tuner.symbolic.dispatch import (
     add_dispatch,
     choose_intervals,
 )
+from tuner.symbolic.planner import Planner
+from tuner.symbolic.profile import ShapeProfile
 from tuner.symbolic.rangekernel import pad_kernel, pad_values, symbolic_var, work_degree
 
 MODEL = DATA / "dyn_kernels.py"
@@ -152,6 +154,8 @@ def test_the_tune_times_each_kernels_generic_code_and_the_build_weighs_it(
     db = TuneFarmDatabase(Storage(dyn_tuned_db, create=False))
     prepared = prepare(load_model(MODEL).mod, llvm_target)
     _, plans = add_dispatch(prepared, llvm_target, db)
+    profile = ShapeProfile(("n",), (((4,), 1), ((16,), 1)))
+    planner = Planner(load_model(MODEL).mod, llvm_target, db, profile)
     timed = 0
     for name, func in prepared.functions.items():
         if not isinstance(func, tvm.tirx.PrimFunc) or symbolic_var(func) is None:
@@ -163,6 +167,9 @@ def test_the_tune_times_each_kernels_generic_code_and_the_build_weighs_it(
         dispatch = plans[name.name_hint]
         if dispatch.buckets:  # the rule weighed the measured generic times, not the defaults
             assert sorted(dispatch.generic) == [(4, secs[0]), (16, secs[1])]
+        # and the planner's model of the rule the same times
+        km = planner.kernels[name.name_hint]
+        assert [km.at[n].generic_est for n in (4, 16)] == secs
     assert timed >= 4  # matmul+relu, softmax, n x n scores, mean
 
 

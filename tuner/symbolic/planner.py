@@ -7,10 +7,11 @@ The model (documented in docs/symbolic-shapes.md, "Buckets from traffic"):
   symbolic kernel's time at ``v`` is what the build's dispatch rule (:mod:`tuner.symbolic.dispatch`)
   would run there: its own cost model (:meth:`BucketKernel.cost` with the padding overhead,
   :data:`GENERIC_MARGIN`, :attr:`KernelDispatch.above`) applied to *predicted* bucket
-  kernels, a static and a range kernel per bucket. The generic kernel's time at ``v`` is the
-  untuned default's, scaled as the rule scales it (the least over buckets ``B >= v`` of
-  ``default(B) * (v / B) ** d``). Kernels the rule never dispatches (several variables, no
-  pad value) cost their generic time whatever the buckets.
+  kernels, a static, an exact and a range kernel per bucket. The generic kernel's time at
+  ``v`` is its generic code's time measured at each bucket (``generic_runs``; else the
+  untuned default's there), scaled as the rule scales it (the least over buckets ``B >= v``
+  of ``generic(B) * (v / B) ** d``). Kernels the rule never dispatches (several variables,
+  no pad value) cost their generic time whatever the buckets.
 - **A task's time after t trials** (``t`` counts every record of the task, its default
   schedule included) follows a saturating curve, ``default * rho(t)`` with
   ``rho(t) = floor + (1 - floor) * exp(-(t - 1) / tau)`` (``rho(0) = 1``: untuned). A task
@@ -184,6 +185,8 @@ class TaskModel:
     default_sec: float | None = None  # measured
     default_est: float = 0.0  # measured or estimated
     default_source: str = "measured"
+    # the symbolic kernel's generic code measured at this bucket (None: never measured)
+    generic_sec: float | None = None
     curve: GainCurve = field(default_factory=lambda: GainCurve(PRIOR_FLOOR, PRIOR_TAU, "prior"))
     # the range kernel's tile, from the record (None: unknown; 0: it does not transplant)
     tile: int | None = None
@@ -191,6 +194,12 @@ class TaskModel:
 
     def __post_init__(self) -> None:
         self.floor_sec = _bytes(self.mod) / PRIOR_BYTES_PER_SEC
+
+    @property
+    def generic_est(self) -> float:
+        """The generic kernel's time at this bucket: measured, else the default's (the
+        rule's estimate for databases without generic times)."""
+        return self.default_est if self.generic_sec is None else self.generic_sec
 
     def time(self, t: int) -> float:
         """Predicted best time after ``t`` records in all (0: untuned, the default)."""
@@ -215,8 +224,8 @@ class KernelModel:
 
     def generic(self, v: int) -> float:
         """The generic (untuned) kernel's time at ``v``: the least over buckets ``B >= v``
-        of ``default(B) * (v / B) ** d`` (the rule's estimate), over every candidate."""
-        known = sorted((b, t.default_est) for b, t in self.at.items())
+        of ``generic(B) * (v / B) ** d`` (the rule's estimate), over every candidate."""
+        known = sorted((b, t.generic_est) for b, t in self.at.items())
         above = [(b, s) for b, s in known if b >= v] or known[-1:]
         return min(s * (v / b) ** self.degree for b, s in above)
 
@@ -411,6 +420,8 @@ class Planner:
                 tm.tile = _tile_of(self.funcs[name], found.record, self.var)
         fam = self.family.get(name)
         tm.curve = self.family_curves.get(fam, self.curve) if fam else self.curve
+        if fam and value is not None:
+            tm.generic_sec = self.db.generic_sec(fam, {self.var: value}, self.target)
         if tm.default_sec is not None:
             tm.default_est = tm.default_sec
         return tm
@@ -484,11 +495,13 @@ class Planner:
                 continue
             tm = km.at[b]
             sec = tm.time(t)
-            generic.append((b, tm.default_est))
+            generic.append((b, tm.generic_est))
             if tm.tile != 0:  # 0: the record does not transplant, only its static kernel
                 tile = tm.tile or _prior_tile(b)
                 kernels.append(BucketKernel(b, tile, f"{km.name}{b}", "", sec))
             kernels.append(BucketKernel(b, b, f"{km.name}{b}_s", "", sec, static=True))
+            if b > 1:  # the same at its bucket, unpadded (the build's exact kernel)
+                kernels.append(BucketKernel(b, 1, f"{km.name}{b}_x", "", sec, static=True))
         return kernels, generic
 
     def _kernel_costs(

@@ -30,6 +30,7 @@ from database.records import (
     BestRecord,
     Measurement,
     device_key,
+    generic_run_values,
     insert_generic_run,
     insert_record,
     insert_records,
@@ -363,21 +364,9 @@ class TuneFarmDatabase(PyDatabase):
     ) -> bool:
         """Store a generic-code time (see :meth:`generic_sec`); False when this device already
         has one for the kernel, bucket and target (the first stays)."""
-        if not run_secs or any(not math.isfinite(t) or t <= 0 for t in run_secs):
-            raise ValueError(f"a generic run needs positive finite run times: {run_secs}")
-        tkey = TargetKey.of(target)
-        values = {
-            "family_shash": family_shash,
-            "bucket_json": json.dumps(bucket, sort_keys=True),
-            "target_key": tkey.key,
-            "target_kind": tkey.kind,
-            "target_arch": tkey.arch,
-            "device": device,
-            "device_key": device_key(device),
-            "run_secs_json": json.dumps(run_secs),
-            "mean_sec": sum(run_secs) / len(run_secs),
-            "job_id": job_id,
-        }
+        values = generic_run_values(
+            family_shash, bucket, TargetKey.of(target), run_secs, device, job_id
+        )
         return self.storage.run(lambda s: insert_generic_run(s, values)) > 0
 
     def default_schedule_sec(self, mod: IRModule, target: tvm.target.Target) -> float | None:

@@ -315,6 +315,32 @@ def insert_record(dialect: str, values: dict[str, Any]) -> Any:
     return insert_records(dialect).values(**values)
 
 
+def generic_run_values(
+    family_shash: str,
+    bucket: dict[str, int],
+    target: TargetKey,
+    run_secs: list[float],
+    device: str | None = None,
+    job_id: int | None = None,
+) -> dict[str, Any]:
+    """The column values of a :class:`~database.models.GenericRun`: the time of the symbolic
+    kernel ``family_shash``'s generic code at ``bucket``'s shapes on ``target``."""
+    if not run_secs or any(not math.isfinite(t) or t <= 0 for t in run_secs):
+        raise ValueError(f"a generic run needs positive finite run times: {run_secs}")
+    return {
+        "family_shash": family_shash,
+        "bucket_json": json.dumps(bucket, sort_keys=True),
+        "target_key": target.key,
+        "target_kind": target.kind,
+        "target_arch": target.arch,
+        "device": device,
+        "device_key": device_key(device),
+        "run_secs_json": json.dumps(run_secs),
+        "mean_sec": sum(run_secs) / len(run_secs),
+        "job_id": job_id,
+    }
+
+
 def insert_generic_run(session: Session, values: dict[str, Any]) -> int:
     """Add a :class:`~database.models.GenericRun` row unless one of the same kernel, bucket,
     target and device is stored (a NULL device included, which a unique constraint would let

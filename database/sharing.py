@@ -24,8 +24,9 @@ from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 from database.bulk import add_many
 from database.errors import DatabaseError, error_summary
 from database.models import GenericRun, JobRow, MetaRow, RecordRow, WorkloadRow, utcnow
-from database.records import Measurement, WorkloadLabels, device_key, shash_of
+from database.records import Measurement, WorkloadLabels, generic_run_values, shash_of
 from database.storage import Storage, redact
+from database.targets import TargetKey
 
 WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
@@ -180,16 +181,14 @@ def _read_generic_runs(path: Path) -> list[dict[str, Any]]:
         secs = _run_secs(entry.get("run_secs"), where)
         if secs is None:
             raise DatabaseError(f"{where}: a generic run has no failed times")
-        out.append(
-            {
-                **{k: entry[k] for k in strings},
-                **{k: entry.get(k) for k in optional},
-                "bucket_json": json.dumps(entry["bucket"], sort_keys=True),
-                "device_key": device_key(entry.get("device")),
-                "run_secs_json": json.dumps(secs),
-                "mean_sec": sum(secs) / len(secs),
-            }
+        # the file names the target by key, kind and arch: all a generic run stores of it
+        key, kind, arch = entry["target_key"], entry["target_kind"], entry.get("target_arch")
+        target = TargetKey(key=key, json="", kind=kind, arch=arch)
+        values = generic_run_values(
+            entry["family_shash"], entry["bucket"], target, secs, entry.get("device")
         )
+        del values["job_id"]  # a copy names no job of its source
+        out.append(values)
     return out
 
 

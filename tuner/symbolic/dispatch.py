@@ -318,7 +318,7 @@ def _plan(
         generic_sec = db.generic_sec(family, bucket, target)
         default_sec = db.default_schedule_sec(static_mod, target)
         if generic_sec is not None or default_sec is not None:
-            generic.append((bucket[var.name], generic_sec or default_sec))
+            generic.append((bucket[var.name], default_sec if generic_sec is None else generic_sec))
         found = db.best(static_mod, target)
         if found is None:
             continue

@@ -10,9 +10,10 @@ the kernel of least estimated time at ``v``:
   the work at ``v``: ``generic_sec(B) * (v / B) ** d``; it pads nothing and copies nothing;
 - a bucket's kernel: its measured time at its bucket, scaled by the work at ``v`` padded to its
   tile (a static kernel: always its bucket's time), **plus the cost of the padded branch**
-  itself (:func:`pad_overhead`: the zeros, concat and slice ops it runs and the elements they
-  write), which dominates at small ``v`` (a 64-row pad of ``x[1, 128]`` copies 64 rows); a
-  static kernel also serves its own bucket value unpadded (*exact*: no branch cost).
+  itself (:func:`pad_overhead`: a copy per padded input and a crop of the output, and the
+  elements they write), which dominates at small ``v`` (a 64-row pad of ``x[1, 128]`` copies
+  64 rows); a static kernel also serves its own bucket value unpadded (*exact*: no branch
+  cost).
 
 Above ``bk``, the kernel of least time per unit of work (the padding overhead included); with
 a shape profile (``build --shape-profile``), the kernel of least expected time over the
@@ -27,8 +28,8 @@ The dispatch lives in Relax and branches once per call of the model: the values 
 variable are cut at every interval end of every kernel, and ``main`` calls, per region, a copy
 of itself whose kernel calls are that region's picks (a bucket branch pads the inputs along
 ``v`` to a multiple of the range kernel's tile, with zeros or -inf where a max or softmax
-reduces over ``v``, calls the padded kernel, predicate-free, and slices the result back to
-``v`` rows). Where that cannot be done, each call site calls a dispatch function of its own.
+reduces over ``v``, one copy per input, calls the padded kernel, predicate-free, and crops the
+result back to ``v`` rows). Where that cannot be done, each call site calls a dispatch function of its own.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from tvm import relax, tirx
 from database import TuneFarmDatabase, shash_of
 from tuner.pipeline import normalize
 from tuner.symbolic.buckets import bind_kernel
+from tuner.symbolic.padding import CopyKernels
 from tuner.symbolic.rangekernel import (
     RangeKernel,
     coefficient,
@@ -57,13 +59,14 @@ from tuner.symbolic.rangekernel import (
 )
 from tuner.symbolic.walk import dim_vars, param_dims
 
-# What a padded branch costs beyond its kernel. Measured on a 2-core x86 VM (AMD EPYC, TVM
-# 0.27, the untuned zeros/concat/strided_slice that LegalizeOps emits): padding x[1, 128] to 8
-# rows and slicing back adds ~2 us to the call, padding a [4, s, s] buffer to 64 x 64 ~30 us
-# (16K elements written twice). Both are upper-end figures: erring high makes the rule pick
-# the generic kernel where the two are close, never a padded kernel that is slower.
-PAD_OP_SEC = 1e-6  # one op the branch adds (zeros, concat, add of a nonzero pad, slice)
-PAD_ELEM_SEC = 1e-9  # one element such an op writes (~4 GB/s)
+# What a padded branch costs beyond its kernel: one serial copy per padded input and one crop
+# of the output (tuner/symbolic/padding.py). Measured on a 2-core AMD EPYC (TVM 0.27, in the
+# VM, allocation included): a pad and a crop of x[1, 3, 128] cost 0.85 us, of [1, 2, 100, 100]
+# to 128 x 128 2.8 us, of [8, 200, 192] to 256 rows 43 us (0.06 ns an element out of cache).
+# Both constants are ~1.2-1.7x those figures: erring high makes the rule pick the generic
+# kernel where the two are close, never a padded kernel that is slower.
+PAD_OP_SEC = 0.5e-6  # one copy the branch adds (a pad or the crop)
+PAD_ELEM_SEC = 0.1e-9  # one element such a copy writes
 # A tuned kernel's time does not shrink with the work below this (capped at its measured
 # time): it runs a parallel loop whose thread-pool wake-up and barrier cost a few us a call,
 # more on a busy machine. Measured on the loaded 2-core VM at s=1: the layer norm tuned at
@@ -82,25 +85,19 @@ class PadBuffer:
     elements: int  # product of the dims that are not the variable
     axes: int  # how many dims are the variable
     output: bool = False
-    nonzero: bool = False  # padded with -inf/+inf: zeros, then an add
 
 
 def pad_overhead(v: int, padded: int, buffers: tuple[PadBuffer, ...]) -> float:
-    """Estimated time a branch spends padding the variable from ``v`` to ``padded`` and slicing
-    the output back: per input and padded axis a zeros and a concat (plus an add for a
-    nonzero pad), each writing up to the padded buffer; one slice writing the output's
-    ``v``-sized elements. (A branch of tile 1 pads and slices nothing: not called.)"""
+    """Estimated time a branch spends padding the variable from ``v`` to ``padded`` and
+    cropping the output back: one copy per padded input (every axis at once) writing the
+    padded buffer, one crop writing the output's ``v``-sized elements
+    (:mod:`tuner.symbolic.padding`). (A branch of tile 1 copies nothing: not called.)"""
     ops, written = 0, 0
     for buf in buffers:
         if buf.axes == 0:
             continue
-        if buf.output:
-            ops += 1
-            written += buf.elements * v**buf.axes
-        else:
-            per_axis = 2 + buf.nonzero
-            ops += per_axis * buf.axes
-            written += per_axis * buf.axes * buf.elements * padded**buf.axes
+        ops += 1
+        written += buf.elements * (v if buf.output else padded) ** buf.axes
     return ops * PAD_OP_SEC + written * PAD_ELEM_SEC
 
 
@@ -361,7 +358,7 @@ def _plan(
             tuple(k for k, _ in plan.kernels),
             generic=tuple(generic),
             degree=work_degree(norm["main"], var.name),
-            buffers=pad_buffers(norm["main"], var.name, plan.pads),
+            buffers=pad_buffers(norm["main"], var.name),
             traffic=tuple(sorted(traffic.get(var.name, {}).items())),
         )
     return plan
@@ -397,9 +394,7 @@ def bucket_workloads(
     return [out[v] for v in sorted(out)]
 
 
-def pad_buffers(
-    func: tirx.PrimFunc, var_name: str, pads: tuple[float, ...]
-) -> tuple[PadBuffer, ...]:
+def pad_buffers(func: tirx.PrimFunc, var_name: str) -> tuple[PadBuffer, ...]:
     """The buffers a bucket branch of ``func`` pads (its inputs) and slices (its output)."""
     out = []
     params = list(func.params)
@@ -408,9 +403,7 @@ def pad_buffers(
         coefs = [c for d in shape if (c := coefficient(d, var_name)) is not None]
         elements = math.prod(int(d) for d in shape if isinstance(d, tirx.IntImm))
         axes, elements = len(coefs), elements * math.prod(coefs)
-        output = i == len(params) - 1
-        nonzero = not output and i < len(pads) and pads[i] != 0
-        out.append(PadBuffer(elements, axes, output, nonzero))
+        out.append(PadBuffer(elements, axes, output=i == len(params) - 1))
     return tuple(out)
 
 
@@ -459,6 +452,7 @@ def _axes(shape: Any, name: str) -> list[tuple[int, int]]:
 
 def _emit_branch(
     builder: relax.BlockBuilder,
+    copies: CopyKernels,
     args: list[relax.Expr],
     out_sinfo: relax.TensorType,
     kernel_gv: relax.GlobalVar,
@@ -466,30 +460,19 @@ def _emit_branch(
     tile: int,
     static: bool = False,
 ) -> relax.Expr:
-    """Emit into ``builder``: pad the inputs along the site's variable to a multiple of
-    ``tile`` (input ``i`` with ``pads[i]``), call the padded kernel; return the slice of its
-    output back to the variable's extent. A static kernel takes inputs padded to exactly
-    ``tile`` (its bucket) and no ``m``; at tile 1 (an exact one, called at its bucket
-    alone) the inputs as they are."""
+    """Emit into ``builder``: pad each input along the site's variable to a multiple of
+    ``tile`` (input ``i`` with ``pads[i]``, every axis in one copy), call the padded kernel;
+    return its output cropped back to the variable's extent (one copy). A static kernel
+    takes inputs padded to exactly ``tile`` (its bucket) and no ``m``; at tile 1 (an exact
+    one, called at its bucket alone) the inputs as they are."""
     extent = site.model_var
     m = tirx.floordiv(extent + (tile - 1), tile)
     padded = tirx.IntImm("int64", tile) if static else m * tile
     padded_args = []
     for arg, axes, pad in zip(args, site.pad_axes, site.plan.pads, strict=True):
-        value: relax.Expr = arg
-        for axis, c in axes if tile > 1 else ():  # tile 1: nothing to pad
-            shape = relax.ShapeExpr(
-                [
-                    (padded - extent) * c if i == axis else d
-                    for i, d in enumerate(value.ty.shape.values)
-                ]
-            )
-            dtype = arg.ty.dtype
-            fill = relax.op.zeros(shape, dtype)
-            if pad != 0:  # 0 + pad (relax.op.full does not legalize in TVM 0.27)
-                fill = relax.op.add(fill, relax.const(pad, dtype))
-            value = builder.emit(relax.op.concat([value, builder.emit(fill)], axis=axis))
-        padded_args.append(value)
+        if tile > 1 and axes:  # tile 1: nothing to pad
+            arg = copies.pad(builder, arg, {axis: padded * c for axis, c in axes}, pad)
+        padded_args.append(arg)
     out_shape = list(out_sinfo.shape.values)
     for axis, c in site.out_axes if tile > 1 else ():  # tile 1: the extent itself
         out_shape[axis] = padded * c
@@ -502,17 +485,9 @@ def _emit_branch(
     )
     if tile == 1:
         return call
-    full = builder.emit(call)
-    n = len(site.out_axes)
-    # in bounds (``v <= padded``): the slice's extent is ``v`` itself, not ``min(v, padded)``,
-    # so the next kernel call sees the model's variable and can be dispatched too
-    return relax.op.strided_slice(
-        full,
-        axes=[a for a, _ in site.out_axes],
-        begin=[0] * n,
-        end=[extent * c for _, c in site.out_axes],
-        assume_inbound=True,
-    )
+    # the crop's extent is ``v`` itself, so the next kernel call sees the model's variable
+    # and can be dispatched too
+    return copies.crop(builder.emit(call), {axis: extent * c for axis, c in site.out_axes})
 
 
 def _callee(func: relax.Function) -> relax.Function:
@@ -532,6 +507,7 @@ def _branch_function(
     kernel_gv: relax.GlobalVar,
     site: _Site,
     tile: int,
+    copies: CopyKernels,
     static: bool = False,
 ) -> relax.GlobalVar:
     """A private function running one bucket branch (:func:`_emit_branch`) on its params."""
@@ -539,7 +515,7 @@ def _branch_function(
     fb = relax.BlockBuilder()
     with fb.function(fname, fparams, private=True):
         with fb.dataflow():
-            out = _emit_branch(fb, list(fparams), out_sinfo, kernel_gv, site, tile, static)
+            out = _emit_branch(fb, copies, list(fparams), out_sinfo, kernel_gv, site, tile, static)
             out = fb.emit_output(out)
         fb.emit_func_output(out)
     return bb.add_func(_callee(fb.get()[fname]), fname)  # may return an identical one
@@ -647,6 +623,7 @@ def _specialize(
     active: dict[str, _Plan],
     kernel_gvs: dict[str, relax.GlobalVar],
     regions: dict[str, list[int | None]],
+    copies: CopyKernels,
 ) -> relax.Function:
     """``func`` as one ``if`` over the regions of its variables' values, each branch calling
     a copy of ``func`` whose kernel calls are the ones the rule picks in that region (bucket
@@ -671,7 +648,14 @@ def _specialize(
                 return call
             args = list(call.args[1].fields)
             return _emit_branch(
-                self.builder_, args, call.ty_args[0], kernel_gvs[bk.name], site, bk.tile, bk.static
+                self.builder_,
+                copies,
+                args,
+                call.ty_args[0],
+                kernel_gvs[bk.name],
+                site,
+                bk.tile,
+                bk.static,
             )
 
     def region_gv(values: dict[str, int | None]) -> relax.GlobalVar:
@@ -745,6 +729,7 @@ def add_dispatch(
         for bk, func in plan.kernels
         if bk in plan.dispatch.used
     }
+    copies = CopyKernels(bb)
     counter = [0]
 
     def make_dispatch(call: relax.Call) -> relax.Expr | None:
@@ -766,6 +751,7 @@ def add_dispatch(
                 kernel_gvs[bk.name],
                 site,
                 bk.tile,
+                copies,
                 bk.static,
             )
             for bk in plan.dispatch.used
@@ -802,7 +788,9 @@ def add_dispatch(
                 continue
             regions = _regions(func, prepared, active)
             if regions is not None:
-                specialized[gv] = _specialize(bb, gv, func, prepared, active, kernel_gvs, regions)
+                specialized[gv] = _specialize(
+                    bb, gv, func, prepared, active, kernel_gvs, regions, copies
+                )
             else:
                 bb.update_func(gv, rewriter.visit_expr(func))
     mod = bb.finalize()

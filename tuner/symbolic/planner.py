@@ -389,9 +389,7 @@ class Planner:
                     km.reason = f"reduces over {var.name}: no pad value"
                 else:
                     km.degree = work_degree(func, var.name)
-                    km.buffers = pad_buffers(
-                        func, var.name, tuple(pads.get(p.name, 0.0) for p in func.params[:-1])
-                    )
+                    km.buffers = pad_buffers(func, var.name)
             self.kernels[task.name] = km
             self.family[task.name] = shash_of(task.mod)
             self.funcs[task.name] = func

@@ -28,8 +28,9 @@ The dispatch lives in Relax and branches once per call of the model: the values 
 variable are cut at every interval end of every kernel, and ``main`` calls, per region, a copy
 of itself whose kernel calls are that region's picks (a bucket branch pads the inputs along
 ``v`` to a multiple of the range kernel's tile, with zeros or -inf where a max or softmax
-reduces over ``v``, one copy per input, calls the padded kernel, predicate-free, and crops the
-result back to ``v`` rows). Where that cannot be done, each call site calls a dispatch function of its own.
+reduces over ``v``, one copy per input, calls the padded kernel, predicate-free, and crops
+the result back to ``v`` rows). Where that cannot be done, each call site calls a dispatch
+function of its own.
 """
 
 from __future__ import annotations

@@ -791,3 +791,33 @@ def test_bench_kernels_says_where_the_time_goes(tmp_path, llvm_target) -> None:
     result = CliRunner().invoke(app, [*args, "--shape", "s=5", "--kernels", "--runtimes", "none"])
     assert result.exit_code == 0, result.output
     assert "VM (allocations" in result.output and "matmul1_s64" in result.output, result.output
+
+
+@pytest.mark.parametrize(("tile", "range_kernel"), [(1, False), (8, True)])
+def test_no_tile_1_range_kernel_where_two_loop_axes_run_over_the_variable(
+    tmp_path, llvm_target, tile: int, range_kernel: bool
+) -> None:
+    """``q @ k^T`` (output ``n x n``, work as ``n**2``) tuned at n=16: a record whose ``n``
+    loops have an inner tile of 1 gives no range kernel, every loop of which would run over
+    a symbolic extent (GPT-2's ``probs @ V`` ran several times its estimate that way); a
+    record tiled by 8 does. The bucket's static and exact kernels serve either way, and every value
+    matches numpy."""
+    from tuner.symbolic.dispatch import offers_range
+
+    assert not offers_range(1, 2) and offers_range(8, 2) and offers_range(1, 1)
+    model = load_model(DATA / "scores_n.py")
+    db = _softmax_db(tmp_path / "scores.db", llvm_target, {16: (tile, 1e-6)}, "scores_n.py")
+    with llvm_target, db:
+        _, plans = add_dispatch(prepare(model.mod, llvm_target), llvm_target, db)
+    plan = plans["matmul"]
+    assert plan.degree == 2
+    ranges = [bk for bk in plan.buckets if not bk.static]
+    assert [bk.tile for bk in ranges] == ([tile] if range_kernel else [])
+    assert {bk.label for bk in plan.buckets if bk.static} == {"static", "exact"}
+    # the transpose before it (one loop axis over n) keeps its range kernel at either tile
+    assert plans["transpose"].degree == 1
+    assert [bk.tile for bk in plans["transpose"].buckets if not bk.static] == [tile]
+    values = [5, 16, 17]
+    results = bench(model, llvm_target, db, [{"n": v} for v in values], repeat=1, min_repeat_ms=1)
+    for value, res in zip(values, results, strict=True):
+        assert res.agree, (value, res.max_abs_err)

@@ -60,6 +60,7 @@ from tuner.symbolic.dispatch import (
     KernelDispatch,
     PadBuffer,
     bucket_workloads,
+    offers_range,
     pad_buffers,
 )
 from tuner.symbolic.profile import ShapeProfile
@@ -494,8 +495,8 @@ class Planner:
             tm = km.at[b]
             sec = tm.time(t)
             generic.append((b, tm.generic_est))
-            if tm.tile != 0:  # 0: the record does not transplant, only its static kernel
-                tile = tm.tile or _prior_tile(b)
+            tile = tm.tile or _prior_tile(b)  # tm.tile 0: the record does not transplant
+            if tm.tile != 0 and offers_range(tile, km.degree):  # as the build does
                 kernels.append(BucketKernel(b, tile, f"{km.name}{b}", "", sec))
             kernels.append(BucketKernel(b, b, f"{km.name}{b}_s", "", sec, static=True))
             if b > 1:  # the same at its bucket, unpadded (the build's exact kernel)

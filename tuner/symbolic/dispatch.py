@@ -81,7 +81,7 @@ GENERIC_MARGIN = 1.25
 
 @dataclass(frozen=True)
 class PadBuffer:
-    """A buffer a padded branch pads (an input) or slices (the output)."""
+    """A buffer a padded branch pads (an input) or crops (the output)."""
 
     elements: int  # product of the dims that are not the variable
     axes: int  # how many dims are the variable
@@ -157,7 +157,7 @@ class KernelDispatch:
     # (bucket value, measured time of the generic kernel there), where recorded
     generic: tuple[tuple[int, float], ...] = ()
     degree: int = 1  # work grows as var ** degree
-    # the buffers a bucket branch pads and slices (empty: padding assumed free)
+    # the buffers a bucket branch pads and crops (empty: padding assumed free)
     buffers: tuple[PadBuffer, ...] = ()
     # tuned at every bucket, and the default schedule measured fastest at each
     default_won: bool = False
@@ -410,7 +410,7 @@ def bucket_workloads(
 
 
 def pad_buffers(func: tirx.PrimFunc, var_name: str) -> tuple[PadBuffer, ...]:
-    """The buffers a bucket branch of ``func`` pads (its inputs) and slices (its output)."""
+    """The buffers a bucket branch of ``func`` pads (its inputs) and crops (its output)."""
     out = []
     params = list(func.params)
     for i, param in enumerate(params):

@@ -9,7 +9,7 @@ Measured on a 2-core AMD EPYC (TVM 0.27), ``probs[1, 2, 100, 100]`` padded to 12
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import tvm
 from tvm import relax, te, tirx
@@ -67,9 +67,10 @@ class CopyKernels:
         self.bb = bb
         self._gvs: dict[tuple, relax.GlobalVar] = {}
 
-    def _gv(self, key: tuple, make: tirx.PrimFunc) -> relax.GlobalVar:
+    def _gv(self, key: tuple, make: Callable[[], tirx.PrimFunc]) -> relax.GlobalVar:
+        """The kernel of ``key``, made and added on first use."""
         if key not in self._gvs:
-            self._gvs[key] = self.bb.add_func(make, f"tunefarm_{key[0]}{len(self._gvs)}")
+            self._gvs[key] = self.bb.add_func(make(), f"tunefarm_{key[0]}{len(self._gvs)}")
         return self._gvs[key]
 
     @staticmethod
@@ -88,7 +89,7 @@ class CopyKernels:
         ty = x.ty
         axes = sorted(extents)
         key = ("pad", *self._layout(ty, axes), float(value))
-        gv = self._gv(key, pad_kernel(ty.shape.values, axes, ty.dtype, value))
+        gv = self._gv(key, lambda: pad_kernel(ty.shape.values, axes, ty.dtype, value))
         shape = [extents.get(i, d) for i, d in enumerate(ty.shape.values)]
         return builder.emit(relax.call_tir(gv, [x], relax.TensorType(shape, ty.dtype)))
 
@@ -97,6 +98,6 @@ class CopyKernels:
         ty = x.ty
         axes = sorted(extents)
         key = ("crop", *self._layout(ty, axes))
-        gv = self._gv(key, crop_kernel(ty.shape.values, axes, ty.dtype))
+        gv = self._gv(key, lambda: crop_kernel(ty.shape.values, axes, ty.dtype))
         shape = [extents.get(i, d) for i, d in enumerate(ty.shape.values)]
         return relax.call_tir(gv, [x], relax.TensorType(shape, ty.dtype))

@@ -166,6 +166,10 @@ class GenericRun(Base):
     attention matmuls at s=16). Keyed by the kernel's structural hash (``family_shash``, as
     workloads' ``family_shash``): block names do not change the code, so kernels of one
     structure share a time. No workload row: nothing replays on it.
+
+    A bucket's range kernel (its best schedule transplanted onto the padded symbolic kernel,
+    ``tuner.symbolic.probes``) is timed the same way and stored under its own hash: the
+    build prices it by that time, not its static kernel's.
     """
 
     __tablename__ = "generic_runs"

@@ -31,6 +31,7 @@ from tuner.progress import JobProgress, SilentProgress, TaskState
 from tuner.search.driver import ActorSearch, SearchPlan
 from tuner.search.task import GENERATIONS, ModelSpec
 from tuner.symbolic.buckets import bucket_tasks, choose_buckets, symbolic_vars
+from tuner.symbolic.probes import generic_probes, measure_probes, range_probes
 from tuner.targets import device_kind
 from workers.builder import RayBuilder
 from workers.config import MeasureConfig
@@ -327,82 +328,6 @@ def measure_baselines(
     return out
 
 
-@dataclass(frozen=True)
-class GenericProbe:
-    """A symbolic kernel's generic code (its untuned default schedule, symbolic extents) to
-    time at one bucket's shapes: the build's dispatch rule weighs it against the bucket
-    kernels (:meth:`database.TuneFarmDatabase.generic_sec`)."""
-
-    family_shash: str  # structural hash of the symbolic kernel, as its bucket workloads' family
-    bucket: dict[str, int]
-    kernel: tvm.IRModule  # the symbolic kernel
-    static: tvm.IRModule  # its static task at the bucket: the shapes it is run at
-
-
-def generic_probes(
-    linked: list[tuple[Task, dict[str, int], tuple[str, ...]]], by_name: dict[str, Task]
-) -> list[GenericProbe]:
-    """One probe per symbolic kernel and bucket (``linked``: each bucket task with its bucket
-    and the symbolic kernels it is), for kernels of one variable whose parameters are the
-    static task's buffers (a kernel that takes the variable as a scalar, ``65 * b`` rows, is
-    run only through its bucket kernels)."""
-    out: dict[tuple[str, str], GenericProbe] = {}
-    for task, bucket, owners in linked:
-        for owner in owners:
-            kernel = by_name[owner].mod if owner in by_name else None
-            if kernel is None or len(by_name[owner].symbolic_vars) != 1 or len(bucket) != 1:
-                continue
-            sym, static = kernel["main"], task.mod["main"]
-            if len(sym.params) != len(static.params) or any(
-                not isinstance(param.ty, tvm.tirx.buffer.BufferType) for param in sym.params
-            ):
-                continue
-            key = (shash_of(kernel), json.dumps(bucket, sort_keys=True))
-            out.setdefault(key, GenericProbe(key[0], bucket, kernel, task.mod))
-    return list(out.values())
-
-
-def measure_generics(
-    probes: list[GenericProbe],
-    target: tvm.target.Target,
-    builder: RayBuilder,
-    runner: RayRunner,
-    db: TuneFarmDatabase,
-    job_id: int | None = None,
-) -> int:
-    """Time each probe's generic code at its bucket's shapes on the job's devices and store it
-    (not a trial: no record, no budget); probes this target already has are skipped. A build
-    or run that fails stores nothing (the build then estimates the generic kernel from the
-    default schedule, as for databases tuned before). Returns how many were stored."""
-    if device_kind(target) == "cuda":  # the generic kernel is dlight's there, not this code
-        return 0
-    todo = [p for p in probes if db.generic_sec(p.family_shash, p.bucket, target) is None]
-    if not todo:
-        return 0
-    results = builder.build([BuilderInput(p.kernel, target) for p in todo])
-    inputs = [
-        RunnerInput(
-            res.artifact_path,
-            device_kind(target),
-            ms.arg_info.ArgInfo.from_prim_func(p.static["main"]),
-        )
-        for p, res in zip(todo, results, strict=True)
-    ]
-    stored = 0
-    for probe, res, fut in zip(todo, results, runner.run(inputs), strict=True):
-        r = fut.result()
-        entry = builder.ledger.pop(res.artifact_path)
-        if not r.run_secs or r.error_msg is not None:
-            log.info("generic %s at %s: %s", probe.family_shash, probe.bucket, r.error_msg)
-            continue
-        device = entry.run.device if entry is not None and entry.run else None
-        secs = [float(s) for s in r.run_secs]
-        stored += db.add_generic_run(
-            probe.family_shash, probe.bucket, target, secs, device=device, job_id=job_id
-        )
-    return stored
-
-
 def tune(
     mod: tvm.IRModule,
     target: tvm.target.Target,
@@ -442,7 +367,7 @@ def tune(
             linked.append((bt.task, bt.bucket, bt.kernels))
         probes = generic_probes(linked, by_name)
     else:
-        probes = []
+        probes, linked, by_name = [], [], {}
         tasks = [t for t in all_tasks if not t.is_symbolic]
         skipped = [
             f"{t.name} (symbolic: {', '.join(t.symbolic_vars)})" for t in all_tasks if t.is_symbolic
@@ -493,7 +418,7 @@ def tune(
             search, cost_model = started if started is not None else (None, None)
             try:
                 baselines = measure_baselines(tasks, target, builder, runner, db, job_id, budget)
-                measure_generics(probes, target, builder, runner, db, job_id)
+                measure_probes(probes, target, builder, runner, db, job_id)
                 for state, base in zip(states, baselines, strict=True):
                     state.baseline_sec = base
                 builder.budget = budget
@@ -512,6 +437,10 @@ def tune(
                     finally:
                         view.stop()
                 window = time.perf_counter() - window_start
+                # each bucket's range kernel as the build will make it from the final records
+                measure_probes(
+                    range_probes(linked, by_name, db, target), target, builder, runner, db, job_id
+                )
             finally:
                 if search is not None:
                     search.shutdown()

@@ -80,6 +80,8 @@ class ArmBridge:
 
     # ----------------------------------------------------------------- work
     def measure(self, artifact: bytes, args_info: list[Any]) -> RunResult:
+        from workers.measure import alloc_arg
+
         sess = self._session()
         device = self.device()
         worker = f"{self.slot} via {os.uname().nodename}:{os.getpid()}"
@@ -88,7 +90,7 @@ class ArmBridge:
             rt_mod = sess.load_module("candidate.so")
             dev = sess.cpu(0)
             rng = np.random.default_rng(0)
-            args = [_remote_tensor(info, dev, rng) for info in args_info]
+            args = [alloc_arg(info, dev, rng) for info in args_info]
             evaluator = rt_mod.time_evaluator(
                 rt_mod.entry_name,
                 dev,
@@ -139,16 +141,3 @@ class ArmBridge:
             return result
         finally:
             del sess
-
-
-def _remote_tensor(info: Any, dev: Any, rng: np.random.Generator) -> Any:
-    import tvm
-
-    kind, dtype, shape = info[0], info[1], [int(x) for x in info[2]]
-    if kind != "TENSOR":
-        raise ValueError(f"unsupported argument kind {kind!r}")
-    if dtype.startswith(("float", "bfloat")):
-        host = rng.uniform(-1.0, 1.0, size=shape).astype(dtype)
-    else:
-        host = rng.integers(0, 8, size=shape).astype(dtype)
-    return tvm.runtime.tensor(host, device=dev)

@@ -19,18 +19,24 @@ from workers.fingerprint import device_fingerprint
 from workers.results import ErrorKind, RunResult
 
 
+def alloc_arg(info: Any, dev: tvm.runtime.Device, rng: np.random.Generator) -> Any:
+    """One argument as a record stores it: ``["TENSOR", dtype, shape]`` (random values on
+    ``dev``) or ``["SCALAR", dtype, value]`` (an integer, as a range kernel's tile count)."""
+    kind, dtype = info[0], info[1]
+    if kind == "SCALAR":
+        return int(info[2])
+    if kind != "TENSOR":
+        raise ValueError(f"unsupported argument kind {kind!r}")
+    shape = [int(x) for x in info[2]]
+    if dtype.startswith(("float", "bfloat")):
+        host = rng.uniform(-1.0, 1.0, size=shape).astype(dtype)
+    else:
+        host = rng.integers(0, 8, size=shape).astype(dtype)
+    return tvm.runtime.tensor(host, device=dev)
+
+
 def _alloc(args_info: list[Any], dev: tvm.runtime.Device, rng: np.random.Generator) -> list:
-    args = []
-    for info in args_info:
-        kind, dtype, shape = info[0], info[1], [int(x) for x in info[2]]
-        if kind != "TENSOR":
-            raise ValueError(f"unsupported argument kind {kind!r}")
-        if dtype.startswith("float") or dtype.startswith("bfloat"):
-            host = rng.uniform(-1.0, 1.0, size=shape).astype(dtype)
-        else:
-            host = rng.integers(0, 8, size=shape).astype(dtype)
-        args.append(tvm.runtime.tensor(host, device=dev))
-    return args
+    return [alloc_arg(info, dev, rng) for info in args_info]
 
 
 @contextlib.contextmanager

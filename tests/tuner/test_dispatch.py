@@ -177,6 +177,43 @@ def test_the_tune_times_each_kernels_generic_code_and_the_build_weighs_it(
 
 @pytest.mark.slow
 @pytest.mark.ray
+def test_the_tune_times_each_range_kernel_and_the_build_prices_it_by_that(
+    dyn_tuned_db, llvm_target
+) -> None:
+    """Each bucket's range kernel (its best record transplanted as the build does) is timed
+    by the tune at its bucket and stored under its own hash; the rule prices the range
+    kernel by that time, not by its bucket's static kernel's."""
+    from tuner.symbolic.dispatch import bucket_workloads
+    from tuner.symbolic.rangekernel import transplant
+
+    db = TuneFarmDatabase(Storage(dyn_tuned_db, create=False))
+    prepared = prepare(load_model(MODEL).mod, llvm_target)
+    _, plans = add_dispatch(prepared, llvm_target, db)
+    timed = 0
+    for name, func in prepared.functions.items():
+        if not isinstance(func, tvm.tirx.PrimFunc) or symbolic_var(func) is None:
+            continue
+        norm = normalize(func)["main"]
+        if pad_values(norm, "n") is None:
+            continue  # a mean over n: no range kernel, generic code only
+        ranged = {bk.value: bk for bk in plans[name.name_hint].buckets if not bk.static}
+        for bucket, static_mod, _ in bucket_workloads(db, norm, "n"):
+            found = db.best(static_mod, llvm_target)
+            rk = found and transplant(norm, found[0].trace, "n")
+            if rk is None or not any(i.kind.name != "EnterPostproc" for i in found[0].trace.insts):
+                continue
+            sec = db.generic_sec(rk.key, bucket, llvm_target)
+            assert sec is not None and 0 < sec < 1, (name.name_hint, bucket)
+            value = bucket["n"]
+            padded = -(-value // rk.tile) * rk.tile
+            degree = plans[name.name_hint].degree
+            assert ranged[value].mean_sec == pytest.approx(sec * (value / padded) ** degree)
+            timed += 1
+    assert timed >= 2
+
+
+@pytest.mark.slow
+@pytest.mark.ray
 def test_correct_for_every_value_and_dispatch_is_observable(dyn_tuned_db, llvm_target) -> None:
     model = load_model(MODEL)
     db = TuneFarmDatabase(Storage(dyn_tuned_db, create=False))
@@ -821,3 +858,44 @@ def test_no_tile_1_range_kernel_where_two_loop_axes_run_over_the_variable(
     results = bench(model, llvm_target, db, [{"n": v} for v in values], repeat=1, min_repeat_ms=1)
     for value, res in zip(values, results, strict=True):
         assert res.agree, (value, res.max_abs_err)
+
+
+def test_a_timed_range_kernel_is_priced_by_its_own_time(tmp_path, llvm_target) -> None:
+    """A range kernel the tune timed (``generic_runs`` under its own hash) is offered whatever
+    its tile and priced by that time; its arguments at a value are its buffers padded to the
+    tile and the tile count, and the runner times it from them."""
+    from database import TargetKey
+    from tuner.symbolic.dispatch import bucket_workloads
+    from tuner.symbolic.rangekernel import transplant
+    from workers.build import build_artifact
+    from workers.config import MeasureConfig
+    from workers.measure import measure_artifact
+
+    model = load_model(DATA / "scores_n.py")
+    db = _softmax_db(tmp_path / "scores.db", llvm_target, {16: (1, 1e-6)}, "scores_n.py")
+    prepared = prepare(model.mod, llvm_target)
+    func = next(
+        normalize(f)["main"]
+        for gv, f in prepared.functions.items()
+        if gv.name_hint == "matmul" and isinstance(f, tvm.tirx.PrimFunc)
+    )
+    [(bucket, static_mod, _)] = bucket_workloads(db, func, "n")
+    rk = transplant(func, db.best(static_mod, llvm_target)[0].trace, "n")
+    assert rk is not None and rk.tile == 1
+    assert rk.args_at(16) == [
+        ["TENSOR", "float32", [16, 16]],
+        ["TENSOR", "float32", [16, 16]],
+        ["SCALAR", "int64", 16],
+        ["TENSOR", "float32", [16, 16]],
+    ]
+    result, data = build_artifact(
+        tvm.ir.save_json(tvm.IRModule({"main": rk.func})), TargetKey.of(llvm_target).json
+    )
+    assert result.ok and data is not None
+    run = measure_artifact(data, rk.args_at(16), "cpu", MeasureConfig(repeat=2, min_repeat_ms=1))
+    assert run.ok and all(s > 0 for s in run.run_secs)
+    db.add_generic_run(rk.key, bucket, llvm_target, [3e-6])
+    with llvm_target, db:
+        _, plans = add_dispatch(prepare(model.mod, llvm_target), llvm_target, db)
+    ranges = [bk for bk in plans["matmul"].buckets if not bk.static]
+    assert [(bk.tile, bk.mean_sec) for bk in ranges] == [(1, 3e-6)]

@@ -8,8 +8,10 @@ the kernel of least estimated time at ``v``:
   bucket ``B >= v`` (every tune times each kernel's generic code at each bucket's shapes;
   databases tuned before have the static default schedule's time, a lower bound), scaled by
   the work at ``v``: ``generic_sec(B) * (v / B) ** d``; it pads nothing and copies nothing;
-- a bucket's kernel: its measured time at its bucket, scaled by the work at ``v`` padded to its
-  tile (a static kernel: always its bucket's time), **plus the cost of the padded branch**
+- a bucket's kernel: its measured time at its bucket (a range kernel's own, timed by the tune
+  at the bucket, :mod:`tuner.symbolic.probes`; else its static kernel's), scaled by the work
+  at ``v`` padded to its tile (a static kernel: always its bucket's time), **plus the cost of
+  the padded branch**
   itself (:func:`pad_overhead`: a copy per padded input and a crop of the output, and the
   elements they write), which dominates at small ``v`` (a 64-row pad of ``x[1, 128]`` copies
   64 rows); a static kernel also serves its own bucket value unpadded (*exact*: no branch
@@ -295,7 +297,8 @@ def offers_range(tile: int, degree: int) -> bool:
     31 µs a call at s=32, where the s=64 static kernel takes 3.4 µs at 64; leaving such range
     kernels out made BERT and GPT-2 0.75-0.76x faster at s=32 and 0.59x at s=48, and no
     slower at s=100, whose range kernels of tile 8 stay (same database, interleaved).
-    Timing each range kernel at its bucket during the tune would replace this rule."""
+    Only for range kernels the tune did not time (:mod:`tuner.symbolic.probes`; databases
+    tuned before): a timed one is priced by its own time and always offered."""
     return tile > 1 or degree < 2
 
 
@@ -346,9 +349,16 @@ def _plan(
             if default or scaled(norm["main"], var.name)
             else transplant(norm["main"], record.trace, var.name)
         )
-        if rk is not None and offers_range(rk.tile, degree):
-            bk = BucketKernel(value, rk.tile, kname, level, mean_sec)
-            plan.kernels.append((bk, _mark(rk.func, name, f"{var.name}={value}", rk.tile)))
+        if rk is not None:
+            # its own time at the bucket where the tune measured it (at the bucket padded to
+            # the tile, scaled back), else the static kernel's under the tile-1 rule
+            range_sec = db.generic_sec(rk.key, bucket, target)
+            if range_sec is not None:
+                range_sec *= (value / (-(-value // rk.tile) * rk.tile)) ** degree
+            if range_sec is not None or offers_range(rk.tile, degree):
+                sec = mean_sec if range_sec is None else range_sec
+                bk = BucketKernel(value, rk.tile, kname, level, sec)
+                plan.kernels.append((bk, _mark(rk.func, name, f"{var.name}={value}", rk.tile)))
         static = _replay(record.trace, bound)
         if static is not None:  # the kernel that was measured, for values padded to the bucket
             bk = BucketKernel(value, value, f"{kname}_static", level, mean_sec, static=True)

@@ -23,7 +23,9 @@ from typing import Any
 
 import tvm
 from tvm import tirx
+from tvm.sym import Analyzer
 
+from database.records import shash_of
 from tuner.symbolic.walk import dim_vars, vars_of
 
 
@@ -311,6 +313,30 @@ class RangeKernel:
     func: tirx.PrimFunc
     tile: int
     var_name: str
+
+    @property
+    def key(self) -> str:
+        """The kernel's structural hash: the tune stores its measured time under it
+        (:mod:`tuner.symbolic.probes`), the build looks it up by it."""
+        return shash_of(self.func)
+
+    def args_at(self, value: int) -> list[list[Any]]:
+        """Its arguments at ``value`` (padded to the tile) as a record stores them: each
+        buffer ``["TENSOR", dtype, shape]``, the tile count ``m`` ``["SCALAR", "int64", m]``."""
+        count = -(-value // self.tile)
+        analyzer = Analyzer()
+        buffers = [isinstance(p.ty, tirx.buffer.BufferType) for p in self.func.params]
+        for param, is_buffer in zip(self.func.params, buffers, strict=True):
+            if not is_buffer:  # m, the only scalar
+                analyzer.bind(param, tirx.IntImm(str(param.ty.dtype), count))
+        out: list[list[Any]] = []
+        for param, is_buffer in zip(self.func.params, buffers, strict=True):
+            if is_buffer:
+                shape = [int(analyzer.simplify(d)) for d in param.shape]
+                out.append(["TENSOR", str(param.ty.dtype), shape])
+            else:
+                out.append(["SCALAR", str(param.ty.dtype), count])
+        return out
 
 
 def _has_symbolic_vector_loop(sch: tvm.s_tir.Schedule) -> bool:

@@ -1,0 +1,149 @@
+"""Timings the build's dispatch rule weighs that are not trials (no record, no budget).
+
+A tune times, on its own devices and at each bucket's shapes:
+
+- each one-variable kernel's **generic code** (its untuned default schedule with symbolic
+  extents), before the search: the rule's cost of leaving a value to the generic kernel;
+- each bucket's **range kernel** (the bucket's best schedule transplanted onto the padded
+  kernel, :func:`tuner.symbolic.rangekernel.transplant`), after the search: symbolic loop
+  extents can cost it vectorization and unrolling that its static kernel had (GPT-2's
+  ``probs @ V`` range kernel of tile 1 ran 9x slower than the static kernel at 64), so the rule
+  prices a range kernel by its own time, not its bucket's static one.
+
+Both are stored in the database's ``generic_runs`` under the kernel's own structural hash
+(:meth:`database.TuneFarmDatabase.generic_sec`); a probe already stored for the target is
+skipped, so a re-run of a finished job measures only what is missing (a database tuned before
+range kernels were timed gets them from ``tunefarm tune`` with the same budget).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import tvm
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.builder import BuilderInput
+
+from database import TuneFarmDatabase, shash_of
+from tuner.pipeline import Task
+from tuner.symbolic.rangekernel import pad_values, scaled, symbolic_var, transplant
+from tuner.targets import device_kind
+from workers.builder import RayBuilder
+from workers.runner import RayRunner
+
+log = logging.getLogger("tunefarm.probes")
+
+# (a bucket task, its bucket, the names of the symbolic kernels it is at that bucket)
+Linked = list[tuple[Task, dict[str, int], tuple[str, ...]]]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A kernel to time at one bucket's shapes, stored under ``shash``."""
+
+    shash: str  # the symbolic kernel's structural hash (the generic code's: its family's)
+    bucket: dict[str, int]
+    kernel: tvm.IRModule  # what is built
+    args: tuple[Any, ...]  # its arguments as a record stores them (tensors and scalars)
+    what: str = "generic"  # "generic" or "range" (for logs)
+
+
+def _one_variable(linked: Linked, by_name: dict[str, Task]) -> list[tuple[Task, dict, Task]]:
+    """(bucket task, bucket, symbolic kernel task) for kernels of one variable whose
+    parameters are the static task's buffers (a kernel that takes the variable as a scalar,
+    ``65 * b`` rows, is run only through its bucket kernels)."""
+    out = []
+    for task, bucket, owners in linked:
+        for owner in owners:
+            kernel = by_name.get(owner)
+            if kernel is None or len(kernel.symbolic_vars) != 1 or len(bucket) != 1:
+                continue
+            sym, static = kernel.mod["main"], task.mod["main"]
+            if len(sym.params) != len(static.params) or any(
+                not isinstance(param.ty, tvm.tirx.buffer.BufferType) for param in sym.params
+            ):
+                continue
+            out.append((task, bucket, kernel))
+    return out
+
+
+def generic_probes(linked: Linked, by_name: dict[str, Task]) -> list[Probe]:
+    """One probe of the generic code per symbolic kernel and bucket."""
+    out: dict[tuple[str, str], Probe] = {}
+    for task, bucket, kernel in _one_variable(linked, by_name):
+        key = (shash_of(kernel.mod), json.dumps(bucket, sort_keys=True))
+        args = tuple(a.as_json() for a in ms.arg_info.ArgInfo.from_prim_func(task.mod["main"]))
+        out.setdefault(key, Probe(key[0], bucket, kernel.mod, args))
+    return list(out.values())
+
+
+def range_probes(
+    linked: Linked, by_name: dict[str, Task], db: TuneFarmDatabase, target: tvm.target.Target
+) -> list[Probe]:
+    """One probe per bucket's range kernel: the bucket's best record, transplanted as the
+    build does (:func:`tuner.symbolic.dispatch.add_dispatch`), timed at the bucket padded to
+    its tile. Buckets whose best record is the default schedule (its range kernel is the
+    generic code), kernels the build gives no range kernel (``c * v`` rows, a reduction over
+    ``v`` that no pad leaves unchanged) and records that do not transplant have none."""
+    out: dict[tuple[str, str], Probe] = {}
+    for task, bucket, kernel in _one_variable(linked, by_name):
+        func = kernel.mod["main"]
+        var = symbolic_var(func)
+        if var is None or scaled(func, var.name) or pad_values(func, var.name) is None:
+            continue
+        found = db.best(task.mod, target)
+        if found is None:
+            continue
+        trace = found[0].trace
+        if not any(inst.kind.name != "EnterPostproc" for inst in trace.insts):
+            continue
+        rk = transplant(func, trace, var.name)
+        if rk is None:
+            continue
+        key = (rk.key, json.dumps(bucket, sort_keys=True))
+        args = tuple(rk.args_at(bucket[var.name]))
+        out.setdefault(key, Probe(rk.key, bucket, tvm.IRModule({"main": rk.func}), args, "range"))
+    return list(out.values())
+
+
+def measure_probes(
+    probes: list[Probe],
+    target: tvm.target.Target,
+    builder: RayBuilder,
+    runner: RayRunner,
+    db: TuneFarmDatabase,
+    job_id: int | None = None,
+) -> int:
+    """Time each probe on the job's devices and store it; probes this target already has are
+    skipped. A build or run that fails stores nothing (the build then falls back: the default
+    schedule's time for generic code, the bucket's static time and a rule for range kernels).
+    Returns how many were stored."""
+    if device_kind(target) == "cuda":  # the generic kernel is dlight's there, not this code
+        return 0
+    todo = [p for p in probes if db.generic_sec(p.shash, p.bucket, target) is None]
+    if not todo:
+        return 0
+    budget, builder.budget = builder.budget, None  # not trials
+    try:
+        results = builder.build([BuilderInput(p.kernel, target) for p in todo])
+    finally:
+        builder.budget = budget
+    futures = runner.run_json(
+        [(res.artifact_path, list(p.args)) for p, res in zip(todo, results, strict=True)]
+    )
+    stored = 0
+    for probe, res, fut in zip(todo, results, futures, strict=True):
+        r = fut.result()
+        entry = builder.ledger.pop(res.artifact_path)
+        if not r.run_secs or r.error_msg is not None:
+            log.info("%s %s at %s: %s", probe.what, probe.shash, probe.bucket, r.error_msg)
+            continue
+        device = entry.run.device if entry is not None and entry.run else None
+        secs = [float(s) for s in r.run_secs]
+        stored += db.add_generic_run(
+            probe.shash, probe.bucket, target, secs, device=device, job_id=job_id
+        )
+    return stored

@@ -475,7 +475,7 @@ def test_flattened_rows_c_times_b_get_the_static_bucket_kernel(tmp_path, llvm_ta
         assert res.agree, (value, res.max_abs_err)
         (chosen,) = res.kernels.values()
         # below the bucket padded to it; at the bucket itself unpadded (exact)
-        expected = "b4_static" if value < 4 else "b4_exact" if value == 4 else "generic"
+        expected = "b4_static" if value < 4 else "b4_exact" if value == 4 else "b4"
         assert chosen == expected, (value, res.kernels)
 
 

@@ -55,7 +55,6 @@ from tuner.symbolic.rangekernel import (
     RangeKernel,
     coefficient,
     pad_values,
-    scaled,
     symbolic_var,
     transplant,
     work_degree,
@@ -346,7 +345,7 @@ def _plan(
         kname = f"{name}_{var.name}{value}"
         rk: RangeKernel | None = (
             None  # the default schedule's range kernel is the generic kernel
-            if default or scaled(norm["main"], var.name)
+            if default
             else transplant(norm["main"], record.trace, var.name)
         )
         if rk is not None:
@@ -501,8 +500,9 @@ def _emit_branch(
     out_shape = list(out_sinfo.shape.values)
     for axis, c in site.out_axes if tile > 1 else ():  # tile 1: the extent itself
         out_shape[axis] = padded * c
-    if static:  # the bucket's kernel has constant shapes: no scalar variable
-        padded_args = [a for a in padded_args if isinstance(a.ty, relax.TensorType)]
+    # neither bucket kernel takes the variable as a scalar, where the generic one does (rows
+    # ``c * b``): a static one has constant shapes, a range one ``m`` instead
+    padded_args = [a for a in padded_args if isinstance(a.ty, relax.TensorType)]
     call = relax.call_tir(
         kernel_gv,
         padded_args if static else [*padded_args, relax.prim_value(m)],

@@ -24,12 +24,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import tvm
-from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.builder import BuilderInput
 
 from database import TuneFarmDatabase, shash_of
 from tuner.pipeline import Task
-from tuner.symbolic.rangekernel import pad_values, scaled, symbolic_var, transplant
+from tuner.symbolic.rangekernel import args_at, pad_values, symbolic_var, transplant
 from tuner.targets import device_kind
 from workers.builder import RayBuilder
 from workers.runner import RayRunner
@@ -52,18 +51,19 @@ class Probe:
 
 
 def _one_variable(linked: Linked, by_name: dict[str, Task]) -> list[tuple[Task, dict, Task]]:
-    """(bucket task, bucket, symbolic kernel task) for kernels of one variable whose
-    parameters are the static task's buffers (a kernel that takes the variable as a scalar,
-    ``65 * b`` rows, is run only through its bucket kernels)."""
+    """(bucket task, bucket, symbolic kernel task) for kernels of one variable (a kernel may
+    take it as a scalar too, as one of ``65 * b`` rows does)."""
     out = []
     for task, bucket, owners in linked:
         for owner in owners:
             kernel = by_name.get(owner)
             if kernel is None or len(kernel.symbolic_vars) != 1 or len(bucket) != 1:
                 continue
-            sym, static = kernel.mod["main"], task.mod["main"]
-            if len(sym.params) != len(static.params) or any(
-                not isinstance(param.ty, tvm.tirx.buffer.BufferType) for param in sym.params
+            func = kernel.mod["main"]
+            var = symbolic_var(func)
+            if var is None or any(
+                not isinstance(param.ty, tvm.tirx.buffer.BufferType) and not param.same_as(var)
+                for param in func.params
             ):
                 continue
             out.append((task, bucket, kernel))
@@ -73,9 +73,12 @@ def _one_variable(linked: Linked, by_name: dict[str, Task]) -> list[tuple[Task, 
 def generic_probes(linked: Linked, by_name: dict[str, Task]) -> list[Probe]:
     """One probe of the generic code per symbolic kernel and bucket."""
     out: dict[tuple[str, str], Probe] = {}
-    for task, bucket, kernel in _one_variable(linked, by_name):
+    for _, bucket, kernel in _one_variable(linked, by_name):
         key = (shash_of(kernel.mod), json.dumps(bucket, sort_keys=True))
-        args = tuple(a.as_json() for a in ms.arg_info.ArgInfo.from_prim_func(task.mod["main"]))
+        func = kernel.mod["main"]
+        var = symbolic_var(func)
+        assert var is not None
+        args = tuple(args_at(func, var, bucket[var.name]))
         out.setdefault(key, Probe(key[0], bucket, kernel.mod, args))
     return list(out.values())
 
@@ -86,13 +89,13 @@ def range_probes(
     """One probe per bucket's range kernel: the bucket's best record, transplanted as the
     build does (:func:`tuner.symbolic.dispatch.add_dispatch`), timed at the bucket padded to
     its tile. Buckets whose best record is the default schedule (its range kernel is the
-    generic code), kernels the build gives no range kernel (``c * v`` rows, a reduction over
-    ``v`` that no pad leaves unchanged) and records that do not transplant have none."""
+    generic code), kernels the build gives no range kernel (a reduction over ``v`` that no
+    pad leaves unchanged) and records that do not transplant have none."""
     out: dict[tuple[str, str], Probe] = {}
     for task, bucket, kernel in _one_variable(linked, by_name):
         func = kernel.mod["main"]
         var = symbolic_var(func)
-        if var is None or scaled(func, var.name) or pad_values(func, var.name) is None:
+        if var is None or pad_values(func, var.name) is None:
             continue
         found = db.best(task.mod, target)
         if found is None:

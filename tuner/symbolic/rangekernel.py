@@ -54,16 +54,6 @@ def coefficient(dim: Any, var_name: str | None = None) -> int | None:
     return None
 
 
-def scaled(func: tirx.PrimFunc, var_name: str) -> bool:
-    """Whether a buffer of ``func`` has a dim ``c * var`` with ``c > 1`` (such a kernel gets
-    the static kernels of its buckets, never a range kernel)."""
-    return any(
-        (coefficient(d, var_name) or 1) > 1
-        for p in func.params
-        for d in getattr(p, "shape", None) or ()
-    )
-
-
 def symbolic_var(func: tirx.PrimFunc) -> tirx.Var | None:
     """The single symbolic variable of a kernel's buffer shapes (None if 0 or several)."""
     found = vars_of(func.params)
@@ -262,17 +252,18 @@ def _loaded(expr: Any) -> Any:
 
 
 def pad_kernel(func: tirx.PrimFunc, var_name: str, tile: int) -> tirx.PrimFunc:
-    """``func`` with the symbolic dim ``var_name`` replaced by ``m * tile``; ``m`` becomes a
-    scalar int64 parameter placed before the (single, last) output buffer, where Relax's
-    ``call_tir`` passes primitive arguments."""
+    """``func`` with the symbolic variable ``var_name`` replaced by ``m * tile`` (a dim
+    ``c * var``, a ViT's flattened ``[b * 197, H]`` tokens, becomes ``c * m * tile``); ``m``
+    becomes a scalar int64 parameter placed before the (single, last) output buffer, where
+    Relax's ``call_tir`` passes primitive arguments."""
+    var = vars_of(func.params)[var_name]
     m = tirx.Var("m", "int64")
-    remap = {}
-    for param in func.params:
-        shape = list(getattr(param, "shape", None) or ())
-        if any(_uses(d, var_name) for d in shape):
-            new_shape = [m * tile if _uses(d, var_name) else d for d in shape]
-            remap[param] = tirx.decl_buffer(new_shape, param.dtype, name=param.name)
-    padded = func.specialize(remap)
+    # the variable as a scalar parameter (where the kernel does not take it as one already),
+    # bound to m * tile, then dropped (a dim ``c * var`` binds no variable when its buffer is
+    # replaced, as a dim ``var`` does)
+    taken = any(p.same_as(var) for p in func.params)
+    wide = func if taken else tirx.PrimFunc([var, *func.params], func.body, attrs=func.attrs)
+    padded = wide.specialize({var: m * tirx.IntImm(str(var.ty), tile)})
     params = list(padded.params)
     return tirx.PrimFunc([*params[:-1], m, params[-1]], padded.body, attrs=padded.attrs)
 
@@ -323,20 +314,26 @@ class RangeKernel:
     def args_at(self, value: int) -> list[list[Any]]:
         """Its arguments at ``value`` (padded to the tile) as a record stores them: each
         buffer ``["TENSOR", dtype, shape]``, the tile count ``m`` ``["SCALAR", "int64", m]``."""
-        count = -(-value // self.tile)
-        analyzer = Analyzer()
-        buffers = [isinstance(p.ty, tirx.buffer.BufferType) for p in self.func.params]
-        for param, is_buffer in zip(self.func.params, buffers, strict=True):
-            if not is_buffer:  # m, the only scalar
-                analyzer.bind(param, tirx.IntImm(str(param.ty.dtype), count))
-        out: list[list[Any]] = []
-        for param, is_buffer in zip(self.func.params, buffers, strict=True):
-            if is_buffer:
-                shape = [int(analyzer.simplify(d)) for d in param.shape]
-                out.append(["TENSOR", str(param.ty.dtype), shape])
-            else:
-                out.append(["SCALAR", str(param.ty.dtype), count])
-        return out
+        m = next(p for p in self.func.params if not isinstance(p.ty, tirx.buffer.BufferType))
+        return args_at(self.func, m, -(-value // self.tile))
+
+
+def args_at(func: tirx.PrimFunc, var: tirx.Var, value: int) -> list[list[Any]]:
+    """``func``'s arguments with ``var`` (a range kernel's ``m``, a kernel's symbolic
+    variable) at ``value``, as a record stores them: each buffer ``["TENSOR", dtype,
+    shape]``, a scalar parameter (``var`` itself) ``["SCALAR", dtype, value]``."""
+    analyzer = Analyzer()
+    analyzer.bind(var, tirx.IntImm(str(var.ty.dtype), value))
+    out: list[list[Any]] = []
+    for param in func.params:
+        if isinstance(param.ty, tirx.buffer.BufferType):
+            shape = [int(analyzer.simplify(d)) for d in param.shape]
+            out.append(["TENSOR", str(param.ty.dtype), shape])
+        elif param.same_as(var):
+            out.append(["SCALAR", str(param.ty.dtype), value])
+        else:
+            raise ValueError(f"no value for the scalar parameter {param.name}")
+    return out
 
 
 def _has_symbolic_vector_loop(sch: tvm.s_tir.Schedule) -> bool:
@@ -353,24 +350,27 @@ def _has_symbolic_vector_loop(sch: tvm.s_tir.Schedule) -> bool:
     return False
 
 
-def _first_symbolic_tile(trace: tvm.s_tir.Trace, base: tvm.IRModule) -> tuple[bool, Any]:
+def _first_symbolic_tile(
+    trace: tvm.s_tir.Trace, base: tvm.IRModule, var_name: str
+) -> tuple[bool, Any, int]:
     """Replay ``trace`` on ``base``: (whether it replays fully, the first SamplePerfectTile of a
-    symbolic loop or None)."""
+    symbolic loop or None, ``c`` where that loop's extent is ``c * var``, else 1)."""
     sch = tvm.s_tir.Schedule(base)
-    hit: list[Any] = []
+    hit: list[tuple[Any, int]] = []
 
     def provider(inst: Any, inputs: list[Any], attrs: list[Any], decision: Any) -> Any:
         symbolic = inst.kind.name == "SamplePerfectTile" and not hit
-        if symbolic and not isinstance(sch.get(inputs[0]).extent, tirx.IntImm):
-            hit.append(inst)
+        extent = sch.get(inputs[0]).extent if symbolic else None
+        if symbolic and not isinstance(extent, tirx.IntImm):
+            hit.append((inst, coefficient(extent, var_name) or 1))
             raise _SymbolicTile(inst)  # stops the replay (crosses the FFI as an error)
         return decision
 
     try:
         trace.apply_to_schedule(sch, remove_postproc=False, decision_provider=provider)
     except Exception:  # _SymbolicTile arrives re-wrapped by the FFI
-        return False, hit[0] if hit else None
-    return True, None
+        return (False, *hit[0]) if hit else (False, None, 1)
+    return True, None, 1
 
 
 def transplant(func: tirx.PrimFunc, trace: tvm.s_tir.Trace, var_name: str) -> RangeKernel | None:
@@ -381,15 +381,17 @@ def transplant(func: tirx.PrimFunc, trace: tvm.s_tir.Trace, var_name: str) -> Ra
     tiles: list[int] = []
     base = tvm.IRModule({"main": func})
     # Find the SamplePerfectTile instructions on symbolic loops one at a time: replay the trace
-    # on the symbolic kernel up to the first such tiling, rewrite it, start over.
+    # on the symbolic kernel up to the first such tiling, rewrite it, start over. A loop over
+    # ``c * var`` rows (``m * c * tile`` padded) divides by inner factors of product ``f`` for
+    # every ``m`` when ``tile`` is a multiple of ``f / gcd(f, c)``.
     for _ in range(64):
-        replays, hit = _first_symbolic_tile(trace, base)
+        replays, hit, coef = _first_symbolic_tile(trace, base, var_name)
         if hit is None:
             if not replays:
                 return None  # the trace fails on this kernel for another reason
             break
         trace, tile = _rewrite(trace, hit)
-        tiles.append(tile)
+        tiles.append(tile // math.gcd(tile, coef))
     else:
         return None
     base_tile = math.lcm(*tiles) if tiles else 1

@@ -437,6 +437,7 @@ def tune(
                     finally:
                         view.stop()
                 window = time.perf_counter() - window_start
+                busy = runner.device_sec  # the search's window only, not the probes after it
                 # each bucket's range kernel as the build will make it from the final records
                 measure_probes(
                     range_probes(linked, by_name, db, target), target, builder, runner, db, job_id
@@ -446,7 +447,7 @@ def tune(
                     search.shutdown()
                 runner.shutdown()
             waits = {"build_wait": builder.wait_sec, "run_wait": runner.wait_sec}
-            devices = device_busy(runner.device_sec, window, len(runner.slot_specs or []))
+            devices = device_busy(busy, window, len(runner.slot_specs or []))
     except BaseException as err:
         update_job(db.storage, job_id, status="failed", finished_at=utcnow(), error=str(err)[:2000])
         raise

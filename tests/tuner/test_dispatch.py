@@ -184,7 +184,7 @@ def test_the_tune_times_each_range_kernel_and_the_build_prices_it_by_that(
     by the tune at its bucket and stored under its own hash; the rule prices the range
     kernel by that time, not by its bucket's static kernel's."""
     from tuner.symbolic.dispatch import bucket_workloads
-    from tuner.symbolic.rangekernel import transplant
+    from tuner.symbolic.rangekernel import static_key, transplant
 
     db = TuneFarmDatabase(Storage(dyn_tuned_db, create=False))
     prepared = prepare(load_model(MODEL).mod, llvm_target)
@@ -203,11 +203,15 @@ def test_the_tune_times_each_range_kernel_and_the_build_prices_it_by_that(
             if rk is None or not any(i.kind.name != "EnterPostproc" for i in found[0].trace.insts):
                 continue
             sec = db.generic_sec(rk.key, bucket, llvm_target)
+            beside = db.generic_sec(static_key(rk.key), bucket, llvm_target)
             assert sec is not None and 0 < sec < 1, (name.name_hint, bucket)
+            assert beside is not None and 0 < beside < 1, (name.name_hint, bucket)
             value = bucket["n"]
             padded = -(-value // rk.tile) * rk.tile
             degree = plans[name.name_hint].degree
-            assert ranged[value].mean_sec == pytest.approx(sec * (value / padded) ** degree)
+            # the record's time times the range kernel's over the static one's, timed together
+            expected = found[2] * sec / beside * (value / padded) ** degree
+            assert ranged[value].mean_sec == pytest.approx(expected)
             timed += 1
     assert timed >= 2
 
@@ -866,7 +870,7 @@ def test_a_timed_range_kernel_is_priced_by_its_own_time(tmp_path, llvm_target) -
     tile and the tile count, and the runner times it from them."""
     from database import TargetKey
     from tuner.symbolic.dispatch import bucket_workloads
-    from tuner.symbolic.rangekernel import transplant
+    from tuner.symbolic.rangekernel import static_key, transplant
     from workers.build import build_artifact
     from workers.config import MeasureConfig
     from workers.measure import measure_artifact
@@ -899,3 +903,9 @@ def test_a_timed_range_kernel_is_priced_by_its_own_time(tmp_path, llvm_target) -
         _, plans = add_dispatch(prepare(model.mod, llvm_target), llvm_target, db)
     ranges = [bk for bk in plans["matmul"].buckets if not bk.static]
     assert [(bk.tile, bk.mean_sec) for bk in ranges] == [(1, 3e-6)]
+    # with the static kernel timed beside it (2 us; its record says 1 us): half of that
+    db.add_generic_run(static_key(rk.key), bucket, llvm_target, [2e-6])
+    with llvm_target, db:
+        _, plans = add_dispatch(prepare(model.mod, llvm_target), llvm_target, db)
+    ranges = [bk for bk in plans["matmul"].buckets if not bk.static]
+    assert [(bk.tile, bk.mean_sec) for bk in ranges] == [(1, pytest.approx(1.5e-6))]

@@ -55,6 +55,7 @@ from tuner.symbolic.rangekernel import (
     RangeKernel,
     coefficient,
     pad_values,
+    static_key,
     symbolic_var,
     transplant,
     work_degree,
@@ -350,9 +351,14 @@ def _plan(
         )
         if rk is not None:
             # its own time at the bucket where the tune measured it (at the bucket padded to
-            # the tile, scaled back), else the static kernel's under the tile-1 rule
+            # the tile, scaled back; relative to the static kernel timed beside it, whose
+            # record's time the static kernels are priced by), else the static kernel's time
+            # under the tile-1 rule
             range_sec = db.generic_sec(rk.key, bucket, target)
+            beside = db.generic_sec(static_key(rk.key), bucket, target)
             if range_sec is not None:
+                if beside:  # relative to the static kernel timed beside it
+                    range_sec *= mean_sec / beside
                 range_sec *= (value / (-(-value // rk.tile) * rk.tile)) ** degree
             if range_sec is not None or offers_range(rk.tile, degree):
                 sec = mean_sec if range_sec is None else range_sec

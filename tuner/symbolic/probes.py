@@ -24,11 +24,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import tvm
+from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.builder import BuilderInput
 
 from database import TuneFarmDatabase, shash_of
 from tuner.pipeline import Task
-from tuner.symbolic.rangekernel import args_at, pad_values, symbolic_var, transplant
+from tuner.symbolic.rangekernel import args_at, pad_values, static_key, symbolic_var, transplant
 from tuner.targets import device_kind
 from workers.builder import RayBuilder
 from workers.runner import RayRunner
@@ -47,7 +48,7 @@ class Probe:
     bucket: dict[str, int]
     kernel: tvm.IRModule  # what is built
     args: tuple[Any, ...]  # its arguments as a record stores them (tensors and scalars)
-    what: str = "generic"  # "generic" or "range" (for logs)
+    what: str = "generic"  # "generic", "range" or "static" (for logs)
 
 
 def _one_variable(linked: Linked, by_name: dict[str, Task]) -> list[tuple[Task, dict, Task]]:
@@ -109,6 +110,12 @@ def range_probes(
         key = (rk.key, json.dumps(bucket, sort_keys=True))
         args = tuple(rk.args_at(bucket[var.name]))
         out.setdefault(key, Probe(rk.key, bucket, tvm.IRModule({"main": rk.func}), args, "range"))
+        # and the bucket's static kernel beside it: the rule takes the ratio of the two
+        sch = tvm.s_tir.Schedule(task.mod)
+        trace.apply_to_schedule(sch, remove_postproc=False)
+        static_args = tuple(a.as_json() for a in ArgInfo.from_prim_func(task.mod["main"]))
+        key = (static_key(rk.key), key[1])
+        out.setdefault(key, Probe(key[0], bucket, sch.mod, static_args, "static"))
     return list(out.values())
 
 

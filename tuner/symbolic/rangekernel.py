@@ -336,6 +336,14 @@ def args_at(func: tirx.PrimFunc, var: tirx.Var, value: int) -> list[list[Any]]:
     return out
 
 
+def static_key(range_key: str) -> str:
+    """Where the bucket's static kernel, timed beside the range kernel ``range_key``, is
+    stored: the rule prices the range kernel as the static kernel's record times the ratio
+    of the two (both timed in one batch, under the same load; the record was timed during the
+    search, under another)."""
+    return f"{range_key}:static"
+
+
 def _has_symbolic_vector_loop(sch: tvm.s_tir.Schedule) -> bool:
     """A vectorized or unrolled loop whose extent is not a constant (LLVM cannot build it)."""
     fixed_kinds = (int(tirx.ForKind.VECTORIZED.value), int(tirx.ForKind.UNROLLED.value))

@@ -483,6 +483,53 @@ def test_flattened_rows_c_times_b_get_the_static_bucket_kernel(tmp_path, llvm_ta
         assert chosen == expected, (value, res.kernels)
 
 
+def test_flattened_rows_are_timed_with_the_variable_as_a_scalar(tmp_path, llvm_target) -> None:
+    """The generic kernel of ``[b * 5, 16]`` rows takes ``b`` as a scalar too: a probe passes
+    it beside the buffers bound at the bucket; its range kernel (rows ``5 * m * tile``)
+    takes ``m`` instead. Both run from those arguments alone."""
+    from database import TargetKey
+    from tuner.symbolic.dispatch import bucket_workloads
+    from tuner.symbolic.rangekernel import args_at, transplant
+    from workers.build import build_artifact
+    from workers.config import MeasureConfig
+    from workers.measure import measure_artifact
+
+    model = load_model(DATA / "flat_tokens_b.py")
+    (kernel,) = [
+        f
+        for f in prepare(model.mod, llvm_target).functions.values()
+        if isinstance(f, tvm.tirx.PrimFunc)
+    ]
+    func = normalize(kernel)["main"]
+    var = symbolic_var(func)
+    generic = args_at(func, var, 4)
+    assert generic == [
+        ["TENSOR", "float32", [20, 16]],
+        ["TENSOR", "float32", [16, 8]],
+        ["SCALAR", "int64", 4],
+        ["TENSOR", "float32", [20, 8]],
+    ]
+    db = _softmax_db(tmp_path / "flat.db", llvm_target, {4: (4, 1e-6)}, "flat_tokens_b.py", "b", 5)
+    [(_, static_mod, _)] = bucket_workloads(db, func, "b")
+    rk = transplant(func, db.best(static_mod, llvm_target)[0].trace, "b")
+    assert rk is not None and rk.tile == 4
+    assert rk.args_at(5) == [  # b=5 padded to 8: 40 rows, m = 2
+        ["TENSOR", "float32", [40, 16]],
+        ["TENSOR", "float32", [16, 8]],
+        ["SCALAR", "int64", 2],
+        ["TENSOR", "float32", [40, 8]],
+    ]
+    config = MeasureConfig(repeat=2, min_repeat_ms=1)
+    for mod, args in (
+        (tvm.IRModule({"main": func}), generic),
+        (tvm.IRModule({"main": rk.func}), rk.args_at(5)),
+    ):
+        result, data = build_artifact(tvm.ir.save_json(mod), TargetKey.of(llvm_target).json)
+        assert result.ok and data is not None
+        run = measure_artifact(data, args, "cpu", config)
+        assert run.ok and all(s > 0 for s in run.run_secs), run.error_msg
+
+
 def test_softmax_bucket_kernel_is_dispatched_with_inf_padding(tmp_path, llvm_target) -> None:
     """End to end through the Relax dispatch: a record of a tiled softmax at n=16 (stored as a
     tune would store it) becomes a range kernel and a static kernel, both fed inputs padded

@@ -44,8 +44,7 @@ MODELS: dict[str, dict[str, list[str]]] = {
 }
 # Hugging Face models (examples/export_hf_models.py), "hf:NAME" -> as MODELS; every swept length
 # from 16 up, the buckets among them and spanning them (as a user tunes the range they serve:
-# values between buckets run the dispatch's padded kernels; above the largest, ViT's flattened
-# c * b kernels have only static bucket kernels and fall back to the untuned one).
+# values between buckets run the dispatch's padded kernels, ViT's flattened c * b kernels too).
 HF_MODELS: dict[str, dict[str, list[str]]] = {
     "hf:bert": {"tune": ["input_ids.1=16,64,128"], "bench": ["input_ids.1=16,32,64,100,128"]},
     "hf:gpt2": {"tune": ["input_ids.1=16,64,128"], "bench": ["input_ids.1=16,32,64,100,128"]},

@@ -54,7 +54,9 @@ from tuner.symbolic.padding import CopyKernels
 from tuner.symbolic.rangekernel import (
     RangeKernel,
     coefficient,
+    is_default,
     pad_values,
+    replay,
     static_key,
     symbolic_var,
     transplant,
@@ -338,7 +340,7 @@ def _plan(
         if found is None:
             continue
         record, level, mean_sec = found
-        default = not any(inst.kind.name != "EnterPostproc" for inst in record.trace.insts)
+        default = is_default(record.trace)
         if default and generic_sec is None:
             default_won += 1
             continue  # the default schedule won, and its static kernel is all that was timed
@@ -350,21 +352,21 @@ def _plan(
             else transplant(norm["main"], record.trace, var.name)
         )
         if rk is not None:
-            # its own time at the bucket where the tune measured it (at the bucket padded to
-            # the tile, scaled back; relative to the static kernel timed beside it, whose
-            # record's time the static kernels are priced by), else the static kernel's time
-            # under the tile-1 rule
+            # its own time where the tune measured it (at the bucket padded to the tile,
+            # scaled back), relative to the static kernel timed beside it, whose record's
+            # time the static kernels are priced by; else the static kernel's time under the
+            # tile-1 rule
             range_sec = db.generic_sec(rk.key, bucket, target)
             beside = db.generic_sec(static_key(rk.key), bucket, target)
             if range_sec is not None:
-                if beside:  # relative to the static kernel timed beside it
+                if beside:
                     range_sec *= mean_sec / beside
-                range_sec *= (value / (-(-value // rk.tile) * rk.tile)) ** degree
+                range_sec *= (value / rk.padded(value)) ** degree
             if range_sec is not None or offers_range(rk.tile, degree):
                 sec = mean_sec if range_sec is None else range_sec
                 bk = BucketKernel(value, rk.tile, kname, level, sec)
                 plan.kernels.append((bk, _mark(rk.func, name, f"{var.name}={value}", rk.tile)))
-        static = _replay(record.trace, bound)
+        static = replay(record.trace, bound)
         if static is not None:  # the kernel that was measured, for values padded to the bucket
             bk = BucketKernel(value, value, f"{kname}_static", level, mean_sec, static=True)
             plan.kernels.append((bk, _mark(static, name, f"{var.name}={value}", value)))
@@ -448,16 +450,6 @@ def _mark(func: tirx.PrimFunc, kernel: str, bucket: str, tile: int) -> tirx.Prim
         .with_attr("tunefarm.bucket", bucket)
         .with_attr("tunefarm.tile", tile)
     )
-
-
-def _replay(trace: Any, mod: tvm.IRModule) -> tirx.PrimFunc | None:
-    """``trace`` applied to ``mod`` (None when it does not replay)."""
-    sch = tvm.s_tir.Schedule(mod)
-    try:
-        trace.apply_to_schedule(sch, remove_postproc=False)
-    except Exception:  # a record that no longer replays (another TVM): not used
-        return None
-    return sch.mod["main"]
 
 
 def _model_var(sinfo: relax.TensorType, kernel_shape: list[Any], name: str) -> Any:

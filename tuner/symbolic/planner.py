@@ -811,9 +811,9 @@ def _rows(
 
 
 def _tile_of(func: Any, record: Any, var: str) -> int | None:
-    from tuner.symbolic.rangekernel import transplant
+    from tuner.symbolic.rangekernel import is_default, transplant
 
-    if not any(inst.kind.name != "EnterPostproc" for inst in record.trace.insts):
+    if is_default(record.trace):
         return None  # the default schedule won: the generic kernel serves
     try:
         rk = transplant(func, record.trace, var)

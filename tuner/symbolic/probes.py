@@ -29,7 +29,15 @@ from tvm.s_tir.meta_schedule.builder import BuilderInput
 
 from database import TuneFarmDatabase, shash_of
 from tuner.pipeline import Task
-from tuner.symbolic.rangekernel import args_at, pad_values, static_key, symbolic_var, transplant
+from tuner.symbolic.rangekernel import (
+    args_at,
+    is_default,
+    pad_values,
+    replay,
+    static_key,
+    symbolic_var,
+    transplant,
+)
 from tuner.targets import device_kind
 from workers.builder import RayBuilder
 from workers.runner import RayRunner
@@ -51,9 +59,11 @@ class Probe:
     what: str = "generic"  # "generic", "range" or "static" (for logs)
 
 
-def _one_variable(linked: Linked, by_name: dict[str, Task]) -> list[tuple[Task, dict, Task]]:
-    """(bucket task, bucket, symbolic kernel task) for kernels of one variable (a kernel may
-    take it as a scalar too, as one of ``65 * b`` rows does)."""
+def _one_variable(
+    linked: Linked, by_name: dict[str, Task]
+) -> list[tuple[Task, dict[str, int], Task, tvm.tirx.Var]]:
+    """(bucket task, bucket, symbolic kernel task, its variable) for kernels of one variable
+    (a kernel may take it as a scalar too, as one of ``65 * b`` rows does)."""
     out = []
     for task, bucket, owners in linked:
         for owner in owners:
@@ -67,19 +77,16 @@ def _one_variable(linked: Linked, by_name: dict[str, Task]) -> list[tuple[Task, 
                 for param in func.params
             ):
                 continue
-            out.append((task, bucket, kernel))
+            out.append((task, bucket, kernel, var))
     return out
 
 
 def generic_probes(linked: Linked, by_name: dict[str, Task]) -> list[Probe]:
     """One probe of the generic code per symbolic kernel and bucket."""
     out: dict[tuple[str, str], Probe] = {}
-    for _, bucket, kernel in _one_variable(linked, by_name):
+    for _, bucket, kernel, var in _one_variable(linked, by_name):
         key = (shash_of(kernel.mod), json.dumps(bucket, sort_keys=True))
-        func = kernel.mod["main"]
-        var = symbolic_var(func)
-        assert var is not None
-        args = tuple(args_at(func, var, bucket[var.name]))
+        args = tuple(args_at(kernel.mod["main"], var, bucket[var.name]))
         out.setdefault(key, Probe(key[0], bucket, kernel.mod, args))
     return list(out.values())
 
@@ -93,29 +100,26 @@ def range_probes(
     generic code), kernels the build gives no range kernel (a reduction over ``v`` that no
     pad leaves unchanged) and records that do not transplant have none."""
     out: dict[tuple[str, str], Probe] = {}
-    for task, bucket, kernel in _one_variable(linked, by_name):
+    for task, bucket, kernel, var in _one_variable(linked, by_name):
         func = kernel.mod["main"]
-        var = symbolic_var(func)
-        if var is None or pad_values(func, var.name) is None:
+        if pad_values(func, var.name) is None:
             continue
         found = db.best(task.mod, target)
-        if found is None:
+        if found is None or is_default(found[0].trace):
             continue
         trace = found[0].trace
-        if not any(inst.kind.name != "EnterPostproc" for inst in trace.insts):
-            continue
         rk = transplant(func, trace, var.name)
-        if rk is None:
+        static = replay(trace, task.mod)
+        if rk is None or static is None:
             continue
         key = (rk.key, json.dumps(bucket, sort_keys=True))
         args = tuple(rk.args_at(bucket[var.name]))
         out.setdefault(key, Probe(rk.key, bucket, tvm.IRModule({"main": rk.func}), args, "range"))
         # and the bucket's static kernel beside it: the rule takes the ratio of the two
-        sch = tvm.s_tir.Schedule(task.mod)
-        trace.apply_to_schedule(sch, remove_postproc=False)
         static_args = tuple(a.as_json() for a in ArgInfo.from_prim_func(task.mod["main"]))
         key = (static_key(rk.key), key[1])
-        out.setdefault(key, Probe(key[0], bucket, sch.mod, static_args, "static"))
+        static_mod = tvm.IRModule({"main": static})
+        out.setdefault(key, Probe(key[0], bucket, static_mod, static_args, "static"))
     return list(out.values())
 
 

@@ -315,7 +315,11 @@ class RangeKernel:
         """Its arguments at ``value`` (padded to the tile) as a record stores them: each
         buffer ``["TENSOR", dtype, shape]``, the tile count ``m`` ``["SCALAR", "int64", m]``."""
         m = next(p for p in self.func.params if not isinstance(p.ty, tirx.buffer.BufferType))
-        return args_at(self.func, m, -(-value // self.tile))
+        return args_at(self.func, m, self.padded(value) // self.tile)
+
+    def padded(self, value: int) -> int:
+        """``value`` rounded up to the tile: the extent the kernel computes there."""
+        return -(-value // self.tile) * self.tile
 
 
 def args_at(func: tirx.PrimFunc, var: tirx.Var, value: int) -> list[list[Any]]:
@@ -342,6 +346,22 @@ def static_key(range_key: str) -> str:
     of the two (both timed in one batch, under the same load; the record was timed during the
     search, under another)."""
     return f"{range_key}:static"
+
+
+def is_default(trace: tvm.s_tir.Trace) -> bool:
+    """Whether ``trace`` is the untuned default schedule (nothing but its postprocessing):
+    its range kernel is the generic kernel."""
+    return not any(inst.kind.name != "EnterPostproc" for inst in trace.insts)
+
+
+def replay(trace: tvm.s_tir.Trace, mod: tvm.IRModule) -> tirx.PrimFunc | None:
+    """``trace`` applied to ``mod`` (None when it does not replay)."""
+    sch = tvm.s_tir.Schedule(mod)
+    try:
+        trace.apply_to_schedule(sch, remove_postproc=False)
+    except Exception:  # a record that no longer replays (another TVM): not used
+        return None
+    return sch.mod["main"]
 
 
 def _has_symbolic_vector_loop(sch: tvm.s_tir.Schedule) -> bool:

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from workers import torchless
+
+torchless.install()  # `import tvm` without torch (see workers.torchless)
+
 __all__ = ["TuneConfig", "compile", "load_model", "resolve_target", "tune"]
 
 

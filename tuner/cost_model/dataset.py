@@ -161,12 +161,14 @@ def _replay(
     for row in record_traces(storage, ids):
         by_wl.setdefault(row[1], []).append(row)
     mods = workload_mods(storage, list(by_wl))
-    preload_tensor_intrin()  # TuneContext imports it; the slow path costs ~40 s
     fx = extractor()
     done = skipped = 0
     for wid, wrecs in by_wl.items():
         mod = tvm.ir.load_json(mods[wid])
         tgt = tvm.target.Target(json.loads(wrecs[0][4]))
+        # TuneContext imports the registry (the slow path costs ~40 s); for a CPU target
+        # without the CUDA intrinsics, most of its cost (tuner.fastimport)
+        preload_tensor_intrin(tgt)
         cands, kept = replay_candidates(mod, tgt, [(r[2], r[3]) for r in wrecs])
         skipped += len(wrecs) - len(kept)
         if not cands:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import json
 import logging
@@ -24,8 +25,9 @@ from database import Measurement, Storage, TuneFarmDatabase, shash_of
 from database.jobs import start_job, update_job
 from database.models import utcnow
 from tuner.cost_model import check_name, create_cost_model
-from tuner.errors import TuneFarmError
+from tuner.errors import JobInterrupted, TuneFarmError
 from tuner.fastimport import preload_tensor_intrin
+from tuner.interrupt import stop_on_sigint
 from tuner.pipeline import Task, extract_tasks, prepare
 from tuner.progress import JobProgress, SilentProgress, TaskState
 from tuner.search.driver import ActorSearch, SearchPlan
@@ -397,8 +399,9 @@ def tune(
     states = [TaskState(name=t.name, flops=t.flops) for t in tasks]
     ledger = Ledger()
     search_info: dict[str, Any] = {"mode": "driver"}
+    builder: RayBuilder | None = None
     try:
-        with RayConnection(address) as _ray:
+        with RayConnection(address) as _ray, contextlib.ExitStack() as stops:
             # startup: extraction and Ray, less its database transactions (counted there)
             startup_sec = time.perf_counter() - start - (storage.busy_sec - db_busy_at_start)
             window_start = time.perf_counter()
@@ -416,6 +419,9 @@ def tune(
                 tasks, target, db, builder, runner, config, budget, job_id
             )
             search, cost_model = started if started is not None else (None, None)
+            # Ctrl-C: no new candidate is built; the builder's next batch raises Interrupted
+            stop = builder.stop.set
+            stops.enter_context(stop_on_sigint(lambda: (budget.close(), stop())))
             try:
                 baselines = measure_baselines(tasks, target, builder, runner, db, job_id, budget)
                 measure_probes(probes, target, builder, runner, db, job_id)
@@ -449,6 +455,15 @@ def tune(
             waits = {"build_wait": builder.wait_sec, "run_wait": runner.wait_sec}
             devices = device_busy(busy, window, len(runner.slot_specs or []))
     except BaseException as err:
+        if builder is not None and builder.stop.is_set():  # Ctrl-C: whatever unwound the job
+            done = sum(db.count_records(t.mod, target) for t in tasks)
+            why = f"interrupted by the user after {done - trials_before} new trial(s)"
+            update_job(db.storage, job_id, status="interrupted", finished_at=utcnow(), error=why)
+            raise JobInterrupted(
+                f"job {job_name} (#{job_id}) stopped after {done - trials_before} of "
+                f"{config.trials - trials_before} trials; its records are kept (the same "
+                "command resumes it)"
+            ) from None
         update_job(db.storage, job_id, status="failed", finished_at=utcnow(), error=str(err)[:2000])
         raise
     summaries = []

@@ -7,6 +7,7 @@ import dataclasses
 import functools
 import logging
 import math
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,14 @@ from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuild
 from workers.build import DEFAULT_BUILD_FN, sandboxed_build
 from workers.config import FaultPolicy, MeasureConfig
 from workers.connection import RayConnection
-from workers.ledger import OVER_BUDGET, Entry, Ledger, TrialBudget, run_result_of_row
+from workers.ledger import (
+    OVER_BUDGET,
+    Entry,
+    Interrupted,
+    Ledger,
+    TrialBudget,
+    run_result_of_row,
+)
 from workers.results import BuildResult, ErrorKind, EventLog
 from workers.slots import SlotSpec
 
@@ -91,6 +99,7 @@ class RayBuilder(PyBuilder):
         self._log = EventLog(log, logging.INFO)
         self.events = self._log.events  # what happened, for logs and tests
         self._markers: list[Any] = []  # QuarantinedSlot actors (live as long as the builder)
+        self.stop = threading.Event()  # set on Ctrl-C: the next batch raises Interrupted
 
     def submit(
         self,
@@ -127,6 +136,8 @@ class RayBuilder(PyBuilder):
         search actor hands over, so the driver never rebuilds or rehashes a module."""
         from database import TargetKey
 
+        if self.stop.is_set():
+            raise Interrupted("the job was interrupted")
         keys: list[str] = []
         pending: dict[Any, str] = {}
         args_of: dict[str, tuple[str, str]] = {}

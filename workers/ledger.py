@@ -76,6 +76,16 @@ class TrialBudget:
             self._left -= 1
             return True
 
+    def close(self) -> int:
+        """Spend what is left (a stopped job builds nothing more); returns the slots dropped."""
+        with self._lock:
+            left, self._left = self._left, 0
+            return left
+
+
+class Interrupted(Exception):
+    """The job was asked to stop (Ctrl-C): raised by the builder at its next batch."""
+
 
 OVER_BUDGET = "not built: the job's trial budget is spent"
 

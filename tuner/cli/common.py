@@ -18,7 +18,7 @@ from typer.core import TyperGroup
 
 from database import DatabaseError, Storage, default_url
 from tuner.cluster.address import ADDRESS_FORMS
-from tuner.errors import TuneFarmError
+from tuner.errors import JobInterrupted, TuneFarmError
 
 # Wide enough for the tables when output goes to a file or a pipe (rich's default is 80).
 console = Console(width=None if sys.stdout.isatty() else 120)
@@ -62,6 +62,9 @@ def user_errors(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
+        except JobInterrupted as err:
+            err_console.print(f"[red]interrupted:[/red] {escape(str(err))}", highlight=False)
+            raise typer.Exit(130) from None
         except (TuneFarmError, DatabaseError) as err:
             err_console.print(
                 f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True

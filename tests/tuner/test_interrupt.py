@@ -1,0 +1,89 @@
+"""Ctrl-C during a tune: the job stops at its next round, keeps its records, exits 130."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import TINY
+from tuner.interrupt import NOTICE, stop_on_sigint
+from workers.ledger import TrialBudget
+
+
+def test_first_sigint_asks_to_stop_second_interrupts() -> None:
+    calls: list[int] = []
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt), stop_on_sigint(lambda: calls.append(1)):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)  # the handler runs between bytecodes
+        assert calls == [1]
+        os.kill(os.getpid(), signal.SIGINT)  # the default handler is back: raises
+        time.sleep(1)
+    assert calls == [1]
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_handler_is_restored_when_nothing_happened() -> None:
+    before = signal.getsignal(signal.SIGINT)
+    with stop_on_sigint(lambda: None):
+        assert signal.getsignal(signal.SIGINT) is not before
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_closing_a_budget_spends_it() -> None:
+    budget = TrialBudget(5)
+    assert budget.take()
+    assert budget.close() == 4
+    assert budget.left == 0 and not budget.take()
+
+
+def _records(db: Path) -> int:
+    try:
+        with sqlite3.connect(db) as conn:
+            return conn.execute("SELECT COUNT(*) FROM tuning_records").fetchone()[0]
+    except sqlite3.Error:  # not created yet
+        return 0
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_ctrl_c_stops_a_tune_and_keeps_its_records(tmp_path: Path) -> None:
+    """A terminal's Ctrl-C (SIGINT to the whole process group, Ray's processes included)
+    while MetaSchedule's C++ task loop runs."""
+    db = tmp_path / "t.db"
+    exe = Path(sys.executable).parent / "tunefarm"
+    cmd = [str(exe), "tune", str(TINY), "--trials", "48", "--per-iter", "4"]
+    proc = subprocess.Popen(
+        [*cmd, "--db", f"sqlite:///{db}", "--seed", "0"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while _records(db) < 3 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        assert proc.poll() is None, "the job ended before it could be interrupted"
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert NOTICE in err and "Traceback" not in err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("interrupted: job ") and "records are kept" in line
+    kept = _records(db)
+    assert 3 <= kept < 48
+    with sqlite3.connect(db) as conn:
+        status, error = conn.execute("SELECT status, error FROM jobs").fetchone()
+    assert status == "interrupted" and error.startswith("interrupted by the user")

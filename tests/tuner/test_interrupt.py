@@ -19,15 +19,18 @@ from workers.ledger import TrialBudget
 
 def test_first_sigint_asks_to_stop_second_interrupts() -> None:
     calls: list[int] = []
-    before = signal.getsignal(signal.SIGINT)
-    with pytest.raises(KeyboardInterrupt), stop_on_sigint(lambda: calls.append(1)):
-        os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(0.05)  # the handler runs between bytecodes
+    outer = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in the CLI
+    try:
+        with pytest.raises(KeyboardInterrupt), stop_on_sigint(lambda: calls.append(1)):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # the handler runs between bytecodes
+            assert calls == [1]
+            os.kill(os.getpid(), signal.SIGINT)  # the default handler is back: raises
+            time.sleep(1)
         assert calls == [1]
-        os.kill(os.getpid(), signal.SIGINT)  # the default handler is back: raises
-        time.sleep(1)
-    assert calls == [1]
-    assert signal.getsignal(signal.SIGINT) is before
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, outer)
 
 
 def test_handler_is_restored_when_nothing_happened() -> None:

@@ -11,6 +11,7 @@ counts against the slot and answers by re-queuing the candidate.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import time
@@ -80,7 +81,7 @@ class ArmBridge:
 
     # ----------------------------------------------------------------- work
     def measure(self, artifact: bytes, args_info: list[Any]) -> RunResult:
-        from workers.measure import alloc_arg
+        from workers.measure import alloc_arg, timed_secs
 
         sess = self._session()
         device = self.device()
@@ -91,16 +92,14 @@ class ArmBridge:
             dev = sess.cpu(0)
             rng = np.random.default_rng(0)
             args = [alloc_arg(info, dev, rng) for info in args_info]
-            evaluator = rt_mod.time_evaluator(
+            evaluator_of = functools.partial(
+                rt_mod.time_evaluator,
                 rt_mod.entry_name,
                 dev,
-                number=self.config.number,
-                repeat=self.config.repeat,
-                min_repeat_ms=self.config.min_repeat_ms,
                 f_preproc="cache_flush_cpu_non_first_arg" if self.config.cache_flush else "",
             )
-            secs = tuple(float(s) for s in evaluator(*args).results)
-            del evaluator, args, rt_mod, dev  # release remote objects before the next request
+            secs = tuple(float(s) for s in timed_secs(evaluator_of, args, self.config))
+            del evaluator_of, args, rt_mod, dev  # release remote objects before the next request
             if self.config.cooldown_ms:
                 time.sleep(self.config.cooldown_ms / 1000)
         except DeviceLost:

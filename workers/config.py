@@ -17,9 +17,10 @@ class MeasureConfig:
     environment sets it, else the node's CPUs (a job sets the target's ``num-cores``).
     """
 
-    # one run a repeat unless the kernel is shorter than min_repeat_ms, which time_evaluator
-    # then raises number to cover: a short kernel is timed as before, and a slow one (an
-    # untuned default of 0.5 s) costs one run a repeat, not three
+    # one run a repeat unless the kernel is shorter than min_repeat_ms, which then raises
+    # number to cover (sized once from one timed run, workers.measure.timed_secs): a short
+    # kernel is timed for about repeat x min_repeat_ms, and a slow one (an untuned default of
+    # 0.5 s) costs one run a repeat, not three
     number: int = 1
     repeat: int = 3
     min_repeat_ms: int = 50

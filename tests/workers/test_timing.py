@@ -1,0 +1,70 @@
+"""How candidates are timed: repeats of about ``min_repeat_ms`` each, sized once.
+
+The kernel counts its own calls (``c[0] += 1``), so every figure here is what TVM's
+evaluator really ran."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+import tvm
+from tvm.script import tirx as T
+
+from workers.config import MeasureConfig
+from workers.measure import timed_secs
+
+
+def _counting_kernel(n: int) -> tvm.runtime.Module:
+    @T.prim_func
+    def main(
+        c: T.Buffer((1,), "int64"), x: T.Buffer((n,), "float32"), y: T.Buffer((1,), "float32")
+    ):
+        T.func_attr({"global_symbol": "main", "tirx.noalias": True})
+        c[0] = c[0] + T.int64(1)
+        y[0] = T.float32(0)
+        for i in range(n):
+            y[0] = y[0] + x[i]
+
+    return tvm.tirx.build(tvm.IRModule({"main": main}), target=tvm.target.Target({"kind": "llvm"}))
+
+
+def _timed(n: int, config: MeasureConfig) -> tuple[tuple[float, ...], int]:
+    lib = _counting_kernel(n)
+    dev = tvm.cpu()
+    args = [
+        tvm.runtime.tensor(np.zeros(1, "int64"), dev),
+        tvm.runtime.tensor(np.ones(n, "float32"), dev),
+        tvm.runtime.tensor(np.zeros(1, "float32"), dev),
+    ]
+    secs = timed_secs(functools.partial(lib.time_evaluator, "main", dev), args, config)
+    return tuple(float(s) for s in secs), int(args[0].numpy()[0])
+
+
+def test_short_kernel_repeats_are_sized_once_to_the_minimum() -> None:
+    secs, calls = _timed(1024, MeasureConfig(number=1, repeat=3, min_repeat_ms=20))
+    assert len(secs) == 3 and all(s > 0 for s in secs)
+    # a warm-up and a timed probe, then a warm-up and 3 repeats of one sized number of runs
+    number, rest = divmod(calls - 3, 3)
+    assert rest == 0 and number > 1
+    for sec in secs:  # each repeat lasts about the minimum, never 1.6x it and more
+        assert 0.005 < sec * number < 0.06
+
+
+def test_kernel_slower_than_the_minimum_keeps_its_probe_as_a_repeat() -> None:
+    secs, calls = _timed(1 << 22, MeasureConfig(number=1, repeat=3, min_repeat_ms=1))
+    assert len(secs) == 3 and min(secs) > 0.001
+    assert calls == 5  # warm-up + probe (the first repeat), warm-up + 2 repeats
+
+
+def test_without_a_minimum_number_and_repeat_are_taken_as_given() -> None:
+    secs, calls = _timed(64, MeasureConfig(number=4, repeat=2, min_repeat_ms=0))
+    assert len(secs) == 2 and calls == 1 + 4 * 2
+
+
+@pytest.mark.parametrize("number", [1, 50])
+def test_a_larger_configured_number_is_a_floor(number: int) -> None:
+    secs, calls = _timed(64, MeasureConfig(number=number, repeat=2, min_repeat_ms=1))
+    per_repeat, rest = divmod(calls - 3, 2)
+    assert rest == 0 and per_repeat >= number and len(secs) == 2

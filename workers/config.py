@@ -18,9 +18,9 @@ class MeasureConfig:
     """
 
     # one run a repeat unless the kernel is shorter than min_repeat_ms, which then raises
-    # number to cover (sized once from one timed run, workers.measure.timed_secs): a short
-    # kernel is timed for about repeat x min_repeat_ms, and a slow one (an untuned default of
-    # 0.5 s) costs one run a repeat, not three
+    # number to cover it (sized once from the fastest of `repeat` single runs, TVM enforcing
+    # half of it: workers.measure.timed_secs): a short kernel is timed for about repeat x
+    # min_repeat_ms, and a slow one (an untuned default of 0.5 s) costs one run a repeat
     number: int = 1
     repeat: int = 3
     min_repeat_ms: int = 50

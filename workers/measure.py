@@ -40,28 +40,34 @@ def _alloc(args_info: list[Any], dev: tvm.runtime.Device, rng: np.random.Generat
     return [alloc_arg(info, dev, rng) for info in args_info]
 
 
-def timed_secs(evaluator_of: Callable[..., Any], args: list[Any], config: MeasureConfig) -> tuple:
-    """Run times of ``config.repeat`` repeats, each about ``config.min_repeat_ms`` long.
+FLOOR = 0.5  # the share of min_repeat_ms that TVM still enforces on each repeat
 
-    ``evaluator_of(number, repeat, min_repeat_ms)`` makes a TVM ``time_evaluator``. TVM's own
-    ``min_repeat_ms`` sizes ``number`` to just over the minimum (``floor(min / t) + 1`` runs)
-    and, whenever noise puts a repeat under it, runs that repeat again with 1.618x the runs,
+
+def timed_secs(evaluator_of: Callable[..., Any], args: list[Any], config: MeasureConfig) -> tuple:
+    """Run times of ``config.repeat`` repeats, each sized to last ``config.min_repeat_ms``.
+
+    ``evaluator_of(number, repeat, min_repeat_ms)`` makes a TVM ``time_evaluator``. Left to
+    itself, TVM sizes ``number`` to just over the minimum (``floor(min / t) + 1`` runs) and,
+    whenever noise puts a repeat under it, runs that repeat again with 1.618x the runs,
     keeping the larger number for the repeats after: a 2.8 ms kernel asked for 3 x 50 ms was
-    timed for 160-270 ms, 265 ms typically. Here one timed run (after TVM's warm-up run) sizes
-    ``number`` once, and the repeats run with TVM's resizing off; a kernel slower than the
-    minimum keeps that run as its first repeat.
+    timed for 160-270 ms, 265 ms typically. Here ``repeat`` single runs (after TVM's warm-up
+    run) come first: a kernel slower than the minimum is done (what TVM would have run), and
+    a shorter one gets ``number`` sized from the fastest of them to fill the minimum. TVM
+    still enforces :data:`FLOOR` of the minimum, which resizes a repeat only where those
+    first runs were far slower than the kernel really is (an emulated device translating
+    code), not on a machine's ordinary noise.
     """
     number, repeat, min_ms = config.number, config.repeat, config.min_repeat_ms
     if min_ms <= 0:
         return tuple(evaluator_of(number, repeat, 0)(*args).results)
-    probe = float(evaluator_of(1, 1, 0)(*args).results[0])
-    if not math.isfinite(probe) or probe <= 0:  # below the timer's resolution: TVM's way
+    single = tuple(float(s) for s in evaluator_of(1, repeat, 0)(*args).results)
+    fastest = min(single)
+    if not math.isfinite(fastest) or fastest <= 0:  # below the timer's resolution: TVM's way
         return tuple(evaluator_of(number, repeat, min_ms)(*args).results)
-    if probe >= min_ms / 1000 and number == 1:  # the probe is a repeat of its own
-        rest = evaluator_of(1, repeat - 1, 0)(*args).results if repeat > 1 else ()
-        return (probe, *rest)
-    number = max(number, math.ceil(min_ms / 1000 / probe))
-    return tuple(evaluator_of(number, repeat, 0)(*args).results)
+    if fastest >= min_ms / 1000 and number == 1:
+        return single
+    number = max(number, math.ceil(min_ms / 1000 / fastest))
+    return tuple(evaluator_of(number, repeat, max(1, int(FLOOR * min_ms)))(*args).results)
 
 
 @contextlib.contextmanager

@@ -133,8 +133,9 @@ def test_rpc_device_that_disconnects_costs_no_candidate(arm_device, arm_target, 
         actor_cls=ArmBridge,
         actor_args=(arm_device.tracker, arm_device.key),
     )
-    # ~2 s per measurement under qemu: the device can drop off while one is in flight
-    config = MeasureConfig(number=1, repeat=1, min_repeat_ms=2000, run_timeout_s=120)
+    # 2-4 s per measurement under qemu (runs sized for 4 s from the fastest first run, at
+    # least 2 s enforced): the device can drop off while one is in flight
+    config = MeasureConfig(number=1, repeat=1, min_repeat_ms=4000, run_timeout_s=120)
     with (
         RayConnection(num_cpus=1),
         RunnerPool([spec], config, FaultPolicy(max_attempts=2, quarantine_after=2)) as pool,

@@ -376,7 +376,11 @@ def tune(
         ]
     if not tasks:
         raise TuneFarmError("the model has no task to tune")
-    trials_before = sum(db.count_records(t.mod, target) for t in tasks)
+
+    def recorded() -> int:  # records the model's tasks have on the target
+        return sum(db.count_records(t.mod, target) for t in tasks)
+
+    trials_before = recorded()
     job_name = config.job_name or f"{model_name or 'model'}-{time.strftime('%Y%m%d-%H%M%S')}"
     job_id = start_job(
         db.storage,
@@ -429,8 +433,7 @@ def tune(
                     state.baseline_sec = base
                 builder.budget = budget
                 view = progress or SilentProgress()
-                recorded = sum(db.count_records(t.mod, target) for t in tasks)
-                recorder = JobRecorder(db, ledger, tasks, target, job_id, states, view, recorded)
+                recorder = JobRecorder(db, ledger, tasks, target, job_id, states, view, recorded())
                 if budget.left > 0:
                     view.start(states, budget.left)
                     try:
@@ -456,11 +459,11 @@ def tune(
             devices = device_busy(busy, window, len(runner.slot_specs or []))
     except BaseException as err:
         if builder is not None and builder.stop.is_set():  # Ctrl-C: whatever unwound the job
-            done = sum(db.count_records(t.mod, target) for t in tasks)
-            why = f"interrupted by the user after {done - trials_before} new trial(s)"
+            new = recorded() - trials_before
+            why = f"interrupted by the user after {new} new trial(s)"
             update_job(db.storage, job_id, status="interrupted", finished_at=utcnow(), error=why)
             raise JobInterrupted(
-                f"job {job_name} (#{job_id}) stopped after {done - trials_before} of "
+                f"job {job_name} (#{job_id}) stopped after {new} of "
                 f"{config.trials - trials_before} trials; its records are kept (the same "
                 "command resumes it)"
             ) from None

@@ -98,7 +98,7 @@ class ArmBridge:
                 dev,
                 f_preproc="cache_flush_cpu_non_first_arg" if self.config.cache_flush else "",
             )
-            secs = tuple(float(s) for s in timed_secs(evaluator_of, args, self.config))
+            secs = timed_secs(evaluator_of, args, self.config)
             del evaluator_of, args, rt_mod, dev  # release remote objects before the next request
             if self.config.cooldown_ms:
                 time.sleep(self.config.cooldown_ms / 1000)

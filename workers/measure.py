@@ -43,7 +43,9 @@ def _alloc(args_info: list[Any], dev: tvm.runtime.Device, rng: np.random.Generat
 FLOOR = 0.5  # the share of min_repeat_ms that TVM still enforces on each repeat
 
 
-def timed_secs(evaluator_of: Callable[..., Any], args: list[Any], config: MeasureConfig) -> tuple:
+def timed_secs(
+    evaluator_of: Callable[..., Any], args: list[Any], config: MeasureConfig
+) -> tuple[float, ...]:
     """Run times of ``config.repeat`` repeats, each sized to last ``config.min_repeat_ms``.
 
     ``evaluator_of(number, repeat, min_repeat_ms)`` makes a TVM ``time_evaluator``. Left to
@@ -58,16 +60,20 @@ def timed_secs(evaluator_of: Callable[..., Any], args: list[Any], config: Measur
     code), not on a machine's ordinary noise.
     """
     number, repeat, min_ms = config.number, config.repeat, config.min_repeat_ms
+
+    def run(number: int, repeat: int, min_ms: int) -> tuple[float, ...]:
+        return tuple(float(s) for s in evaluator_of(number, repeat, min_ms)(*args).results)
+
     if min_ms <= 0:
-        return tuple(evaluator_of(number, repeat, 0)(*args).results)
-    single = tuple(float(s) for s in evaluator_of(1, repeat, 0)(*args).results)
+        return run(number, repeat, 0)
+    single = run(1, repeat, 0)
     fastest = min(single)
     if not math.isfinite(fastest) or fastest <= 0:  # below the timer's resolution: TVM's way
-        return tuple(evaluator_of(number, repeat, min_ms)(*args).results)
+        return run(number, repeat, min_ms)
     if fastest >= min_ms / 1000 and number == 1:
         return single
     number = max(number, math.ceil(min_ms / 1000 / fastest))
-    return tuple(evaluator_of(number, repeat, max(1, int(FLOOR * min_ms)))(*args).results)
+    return run(number, repeat, max(1, int(FLOOR * min_ms)))
 
 
 @contextlib.contextmanager
@@ -100,7 +106,7 @@ def measure_artifact(
                 f_preproc="cache_flush_cpu_non_first_arg" if config.cache_flush else "",
             )
             dev.sync()
-            secs = tuple(float(s) for s in timed_secs(evaluator_of, args, config))
+            secs = timed_secs(evaluator_of, args, config)
             if config.cooldown_ms:
                 time.sleep(config.cooldown_ms / 1000)
     except Exception as err:
@@ -130,7 +136,7 @@ def measure_vm(
             vm["main"](*args)  # warm up (first-call allocation)
             evaluator_of = functools.partial(vm.time_evaluator, "main", dev)
             dev.sync()
-            secs = tuple(float(s) for s in timed_secs(evaluator_of, args, config))
+            secs = timed_secs(evaluator_of, args, config)
     except Exception as err:
         return _error(ErrorKind.RUN_ERROR, error_summary(err, limit=500), device, worker)
     return _checked(secs, device, worker)

@@ -42,7 +42,14 @@ median curve with its interquartile band per variant. A ratio whose runs spread 
 25% is marked noisy. Usage::
 
     python -m benchmarks time-to-quality [--workloads mlp qkv transformer] [--seeds 5]
-        [--trials-per-task 64] [--variants tunefarm tunefarm-warm stock]
+        [--trials-per-task 64] [--variants tunefarm tunefarm-warm stock] [--budget wall]
+
+``--budget trials`` (the default) gives every variant the same trials. ``--budget wall`` gives
+every variant the same wall-clock time instead: in each seed stock runs first, with the
+trials; each TuneFarm variant then tunes with ``tune --time-budget`` set to that stock run's
+wall time, :data:`WALL_TRIALS_FACTOR` times the trials and the round size its trials run
+would have, so the final latencies compare at equal wall time (a TuneFarm job ends a few
+seconds after its budget: it measures the range kernels the build uses).
 
 The short form in ``make bench`` is ``--workloads mlp --seeds 3 --trials-per-task 8``.
 """
@@ -98,6 +105,8 @@ VARIANTS = (
 DEFAULT_VARIANTS = ("tunefarm", "tunefarm-warm", "stock")
 WARM_VARIANTS = ("tunefarm-warm", "tunefarm-warm-g4", "tunefarm-warm-transfer")
 LEVELS = (0.9, 0.95)
+BUDGETS = ("trials", "wall")
+WALL_TRIALS_FACTOR = 4  # --budget wall: TuneFarm's trial cap, times the trials stock runs
 NOISY_SPREAD = 0.25  # an interquartile range above this share of the median
 log = logging.getLogger("tunefarm.bench.ttq")
 
@@ -175,10 +184,13 @@ def run_tunefarm(
     history: Path | None = None,
     transfer: bool = False,
     generations: int | None = None,
+    time_budget_sec: float | None = None,
+    per_iter: int | None = None,
 ) -> tuple[RunResult, list[Any]]:
     """TuneFarm's job on the embedded default into a fresh SQLite file, or into a copy of
     ``history``; only the job's own records count in the curve. Also each bucket task's final
-    schedule (:func:`final_schedules`)."""
+    schedule (:func:`final_schedules`). ``time_budget_sec``/``per_iter``: ``tune
+    --time-budget``/``--per-iter``."""
     from database import Storage, TuneFarmDatabase, shash_of
     from database.queries import record_timeline
     from tuner.job import TuneConfig, tune
@@ -198,6 +210,8 @@ def run_tunefarm(
         search=search,
         transfer=transfer,
         generations=generations,
+        time_budget_sec=time_budget_sec,
+        **({"trials_per_iter": per_iter} if per_iter else {}),
     )
     start = time.time()
     summary = tune(
@@ -568,7 +582,12 @@ def write_report(results: dict[str, Any], results_file: Path, report: Path) -> N
         f"- date {results['date']}; host `{m.get('hostname')}`; cpu {m.get('cpu')}; "
         f"load average {results.get('load')}; results `{rel}`",
         f"- {results['seeds']} seeds per variant, {results['trials_per_task']} trials per "
-        "task (the same budget, round size and measurement settings for every variant)",
+        "task (the same budget, round size and measurement settings for every variant)"
+        if results.get("budget", "trials") == "trials"
+        else f"- {results['seeds']} seeds per variant, **the same wall time**: stock runs "
+        f"{results['trials_per_task']} trials per task first in each seed, and each TuneFarm "
+        "variant then tunes until that run's wall time (`tune --time-budget`; at most "
+        f"{WALL_TRIALS_FACTOR}x the trials, the same round size and measurement settings)",
         "- medians over seeds with the interquartile range in brackets; a run that never "
         "reached a level counts its whole wall time; a ratio is marked noisy when either "
         "side's interquartile range exceeds 25% of its median",
@@ -606,6 +625,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", nargs="+", default=list(DEFAULT_VARIANTS), choices=VARIANTS)
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--trials-per-task", type=int, default=16)
+    parser.add_argument(
+        "--budget",
+        choices=BUDGETS,
+        default="trials",
+        help="what every variant gets the same of: trials, or wall time (stock's, per seed)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="results JSON path")
     parser.add_argument(
         "--report", type=Path, default=ROOT / "docs" / "time-to-quality.md", help="Markdown report"
@@ -613,10 +638,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.seeds < 1 or args.trials_per_task < 1:
         parser.error("--seeds and --trials-per-task must be at least 1")
+    if args.budget == "wall":
+        if "stock" not in args.variants:
+            parser.error("--budget wall needs the stock variant: its wall time is the budget")
+        # stock first in each seed: its wall time is the TuneFarm variants' budget
+        args.variants = ["stock", *(v for v in args.variants if v != "stock")]
 
     from rich.console import Console
 
     from tuner.bench import bench_threads
+    from tuner.job import trials_per_round
     from tuner.targets import resolve_target
 
     console = Console()
@@ -634,6 +665,7 @@ def main(argv: list[str] | None = None) -> int:
         "target": str(target),
         "seeds": args.seeds,
         "trials_per_task": args.trials_per_task,
+        "budget": args.budget,
         "workloads": {},
     }
     with tempfile.TemporaryDirectory(prefix="ttq-") as tmp_dir:
@@ -652,17 +684,27 @@ def main(argv: list[str] | None = None) -> int:
                 console.print(f"  built in {time.time() - started:.1f} s")
             runs: list[RunResult] = []
             schedules: list[list[Any]] = []
+            # the round size of a job of ``trials``: --budget wall keeps it with more trials
+            per_iter = trials_per_round(64, trials, n_tasks)
             # seeds outermost, variants interleaved: drift in the machine hits every variant
             for seed in range(args.seeds):
+                stock_wall = None
                 for variant in args.variants:
+                    timed = args.budget == "wall" and variant != "stock"
                     console.print(
                         f"[bold]{workload}[/bold] seed {seed} {variant}: {n_tasks} tasks, "
-                        f"{trials} trials"
+                        + (
+                            f"{stock_wall:.1f} s (stock's), at most "
+                            f"{WALL_TRIALS_FACTOR * trials} trials"
+                            if timed and stock_wall
+                            else f"{trials} trials"
+                        )
                     )
                     if variant == "stock":
                         run, final = run_stock(
                             workload, model_path, target, buckets, trials, seed, tmp
                         )
+                        stock_wall = run.wall_sec
                     else:
                         population = 512 if variant == "tunefarm-pop512" else None
                         run, final = run_tunefarm(
@@ -670,7 +712,7 @@ def main(argv: list[str] | None = None) -> int:
                             model_path,
                             target,
                             buckets,
-                            trials,
+                            WALL_TRIALS_FACTOR * trials if timed else trials,
                             seed,
                             population,
                             tmp,
@@ -679,6 +721,8 @@ def main(argv: list[str] | None = None) -> int:
                             history=history if variant in WARM_VARIANTS else None,
                             transfer=variant == "tunefarm-warm-transfer",
                             generations=4 if variant.endswith("-g4") else None,
+                            time_budget_sec=stock_wall if timed else None,
+                            per_iter=per_iter if timed else None,
                         )
                     console.print(
                         f"  wall {run.wall_sec:.1f} s, final {run.final_sec * 1e6:.1f} us"

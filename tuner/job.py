@@ -6,8 +6,10 @@ import contextlib
 import getpass
 import json
 import logging
+import math
 import os
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -27,7 +29,7 @@ from database.models import utcnow
 from tuner.cost_model import check_name, create_cost_model
 from tuner.errors import JobInterrupted, TuneFarmError
 from tuner.fastimport import preload_tensor_intrin
-from tuner.interrupt import stop_on_sigint
+from tuner.interrupt import deadline, stop_on_sigint, until_time_is_up
 from tuner.pipeline import Task, extract_tasks, prepare
 from tuner.progress import JobProgress, SilentProgress, TaskState
 from tuner.search.driver import ActorSearch, SearchPlan
@@ -38,7 +40,7 @@ from tuner.targets import device_kind
 from workers.builder import RayBuilder
 from workers.config import MeasureConfig
 from workers.connection import RayConnection
-from workers.ledger import Ledger, TrialBudget
+from workers.ledger import Interrupted, Ledger, TrialBudget
 from workers.results import ErrorKind
 from workers.runner import RayRunner
 
@@ -46,6 +48,10 @@ log = logging.getLogger("tunefarm.job")
 
 
 SEARCH_MODES = ("auto", "ray", "driver")
+# the largest search round of a job with a time budget: the round in flight when the time is
+# up is dropped, so rounds of MetaSchedule's 64 would waste up to 64 candidates' search and
+# builds (and their first result would come that much later)
+TIMED_ROUND_CAP = 16
 
 
 @dataclass(frozen=True)
@@ -78,9 +84,26 @@ class TuneConfig:
     # pipelined with builds; tuner.search), "driver" (MetaSchedule's own task loop here) or
     # "auto" (see resolve_search)
     search: str = "auto"
+    # wall-clock seconds the job may take, from its start, before its search stops (the
+    # round in flight is dropped, the job ends as usual); None: only the trials limit it
+    time_budget_sec: float | None = None
+
+    @property
+    def round_cap(self) -> int:
+        """The most candidates a search round may have: ``trials_per_iter``, and with a time
+        budget at most :data:`TIMED_ROUND_CAP` (the round in flight at the deadline is lost)."""
+        if self.time_budget_sec is None:
+            return self.trials_per_iter
+        return min(self.trials_per_iter, TIMED_ROUND_CAP)
 
     def __post_init__(self) -> None:
         check_name(self.cost_model)
+        if self.time_budget_sec is not None and not (
+            math.isfinite(self.time_budget_sec) and self.time_budget_sec > 0
+        ):
+            raise TuneFarmError(
+                f"the time budget must be a positive number of seconds (got {self.time_budget_sec})"
+            )
         if self.search not in SEARCH_MODES:
             raise TuneFarmError(
                 f"unknown search mode {self.search!r}; valid: {', '.join(SEARCH_MODES)}"
@@ -144,6 +167,8 @@ class JobSummary:
     # budget spent): busy_sec (the device actors' time on candidates), window_sec, slots and
     # busy = busy_sec / (window_sec * slots)
     devices: dict[str, Any] = field(default_factory=dict)
+    # why the search ended before the trials were spent: "time" (the time budget) or None
+    stopped_by: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -178,6 +203,9 @@ class JobRecorder(PyMeasureCallback):
         self.resumed = 0
         # the scheduler's task ids -> indexes of ``tasks`` (a search over a subset of them)
         self.index: list[int] | None = None
+        # set when the job must stop (Ctrl-C, time budget): MetaSchedule's loop is unwound
+        # right after the round is recorded, not after another round's search
+        self.stop: threading.Event | None = None
 
     def apply(
         self,
@@ -198,6 +226,8 @@ class JobRecorder(PyMeasureCallback):
             return trace, args_info
 
         self.record(task_id, as_json, builder_results, runner_results)
+        if self.stop is not None and self.stop.is_set():
+            raise Interrupted("the job was stopped")
 
     def record(
         self,
@@ -397,6 +427,7 @@ def tune(
                 "cost_model": config.cost_model,
                 "warm_start": config.warm_start,
                 "transfer": config.transfer,
+                "time_budget_sec": config.time_budget_sec,
             }
         ),
     )
@@ -404,6 +435,7 @@ def tune(
     ledger = Ledger()
     search_info: dict[str, Any] = {"mode": "driver"}
     builder: RayBuilder | None = None
+    budget: TrialBudget | None = None
     try:
         with RayConnection(address) as _ray, contextlib.ExitStack() as stops:
             # startup: extraction and Ray, less its database transactions (counted there)
@@ -424,8 +456,8 @@ def tune(
             )
             search, cost_model = started if started is not None else (None, None)
             # Ctrl-C: no new candidate is built; the builder's next batch raises Interrupted
-            stop = builder.stop.set
-            stops.enter_context(stop_on_sigint(lambda: (budget.close(), stop())))
+            stop, spend = builder.stop.set, budget.close
+            stops.enter_context(stop_on_sigint(lambda: (spend("user"), stop())))
             try:
                 baselines = measure_baselines(tasks, target, builder, runner, db, job_id, budget)
                 measure_probes(probes, target, builder, runner, db, job_id)
@@ -434,17 +466,44 @@ def tune(
                 builder.budget = budget
                 view = progress or SilentProgress()
                 recorder = JobRecorder(db, ledger, tasks, target, job_id, states, view, recorded())
+                recorder.stop = builder.stop
+                left = (
+                    None
+                    if config.time_budget_sec is None
+                    else (config.time_budget_sec - (time.perf_counter() - start))
+                )
+                if left is not None and left <= 0 and budget.left > 0:
+                    budget.close("time")  # the defaults' measurement took the time budget
                 if budget.left > 0:
                     view.start(states, budget.left)
+                    # the time budget: actors' rounds end with the budget; MetaSchedule's C++
+                    # loop in the driver is unwound by the builder, as on Ctrl-C
+                    on_time = (
+                        (lambda: spend("time"))
+                        if search is not None
+                        else lambda: (spend("time"), stop())
+                    )
                     try:
-                        if search is not None:
-                            search_info = _run_actor_search(
-                                search, cost_model, tasks, db, recorder, config, budget, baselines
-                            )
-                        else:
-                            _search(tasks, target, db, builder, runner, recorder, config, budget)
+                        with deadline(left, on_time):
+                            if search is not None:
+                                search_info = _run_actor_search(
+                                    search,
+                                    cost_model,
+                                    tasks,
+                                    db,
+                                    recorder,
+                                    config,
+                                    budget,
+                                    baselines,
+                                )
+                            else:
+                                _search(
+                                    tasks, target, db, builder, runner, recorder, config, budget
+                                )
                     finally:
                         view.stop()
+                    if budget.closed_by == "time":
+                        builder.stop.clear()  # the range probes below still build
                 window = time.perf_counter() - window_start
                 busy = runner.device_sec  # the search's window only, not the probes after it
                 # each bucket's range kernel as the build will make it from the final records
@@ -458,7 +517,7 @@ def tune(
             waits = {"build_wait": builder.wait_sec, "run_wait": runner.wait_sec}
             devices = device_busy(busy, window, len(runner.slot_specs or []))
     except BaseException as err:
-        if builder is not None and builder.stop.is_set():  # Ctrl-C: whatever unwound the job
+        if budget is not None and budget.closed_by == "user":  # Ctrl-C: whatever unwound the job
             new = recorded() - trials_before
             why = f"interrupted by the user after {new} new trial(s)"
             update_job(db.storage, job_id, status="interrupted", finished_at=utcnow(), error=why)
@@ -509,6 +568,7 @@ def tune(
         phases=phases,
         search=search_info,
         devices=devices,
+        stopped_by=budget.closed_by if budget is not None else None,
     )
 
 
@@ -539,10 +599,10 @@ def _start_actor_search(
     )
     log.info("cost model %s: %s", config.cost_model, note)
     if config.task_trials is None:
-        per_round = trials_per_round(config.trials_per_iter, budget.left, len(tasks))
+        per_round = trials_per_round(config.round_cap, budget.left, len(tasks))
     else:
         most = max((n for _, n in config.task_trials), default=1)
-        per_round = trials_per_round(config.trials_per_iter, most, 1)
+        per_round = trials_per_round(config.round_cap, most, 1)
     plan = SearchPlan(
         per_round=per_round,
         population=config.population or search_population(per_round),
@@ -654,10 +714,10 @@ def _search(
     seed = config.seed if config.seed is not None else -1
     remaining = budget.left
     if config.task_trials is None:
-        per_round = trials_per_round(config.trials_per_iter, remaining, len(tasks))
+        per_round = trials_per_round(config.round_cap, remaining, len(tasks))
     else:  # each task on its own: the round of the task with the largest share
         most = max((n for _, n in config.task_trials), default=1)
-        per_round = trials_per_round(config.trials_per_iter, most, 1)
+        per_round = trials_per_round(config.round_cap, most, 1)
     contexts = [
         ms.TuneContext(
             mod=t.mod,
@@ -680,12 +740,14 @@ def _search(
         warm=config.warm_start,
     )
     log.info("cost model %s: %s", config.cost_model, note)
-    if config.task_trials is not None:
-        _search_split(tasks, contexts, db, builder, runner, recorder, config, budget, cost_model)
-        _store_features(cost_model, db, target)
-        return
-    workers = (builder, runner, db, cost_model, recorder)
-    _tune_tasks(contexts, [float(t.weight) for t in tasks], remaining, per_round, *workers)
+    with until_time_is_up(budget):
+        if config.task_trials is not None:
+            _search_split(
+                tasks, contexts, db, builder, runner, recorder, config, budget, cost_model
+            )
+        else:
+            workers = (builder, runner, db, cost_model, recorder)
+            _tune_tasks(contexts, [float(t.weight) for t in tasks], remaining, per_round, *workers)
     _store_features(cost_model, db, target)
 
 
@@ -744,7 +806,7 @@ def _search_split(
             continue
         recorder.index = [i]
         try:
-            per_round = trials_per_round(config.trials_per_iter, left, 1)
+            per_round = trials_per_round(config.round_cap, left, 1)
             workers = (builder, runner, db, cost_model, recorder)
             _tune_tasks([contexts[i]], [float(task.weight)], left, per_round, *workers)
         finally:

@@ -62,6 +62,7 @@ class TrialBudget:
     def __init__(self, left: int) -> None:
         self._left = max(0, left)
         self._lock = threading.Lock()
+        self.closed_by: str | None = None  # why close() ended it early: "user", "time"
 
     @property
     def left(self) -> int:
@@ -76,15 +77,19 @@ class TrialBudget:
             self._left -= 1
             return True
 
-    def close(self) -> int:
-        """Spend what is left (a stopped job builds nothing more); returns the slots dropped."""
+    def close(self, why: str = "user") -> int:
+        """Spend what is left (a stopped job builds nothing more); returns the slots dropped.
+        ``why`` is kept as :attr:`closed_by` (the first reason given wins)."""
         with self._lock:
             left, self._left = self._left, 0
+            if self.closed_by is None:
+                self.closed_by = why
             return left
 
 
 class Interrupted(Exception):
-    """The job was asked to stop (Ctrl-C): raised by the builder at its next batch."""
+    """The job was asked to stop (Ctrl-C, or its time budget is up): raised by the builder at
+    its next batch."""
 
 
 OVER_BUDGET = "not built: the job's trial budget is spent"

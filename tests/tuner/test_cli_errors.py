@@ -155,6 +155,21 @@ def test_min_repeat_ms_is_named(sqlite_url: str) -> None:
         one_line_error(result, "--min-repeat-ms must be 0 or more")
 
 
+def test_time_budget_is_a_duration(empty_db: str) -> None:
+    from tuner.cli.common import parse_duration
+
+    for command in ("tune", "submit"):
+        for bad in ("0", "soon", "1h30", "-5m"):
+            result = runner.invoke(
+                app, [command, str(TINY), "--time-budget", bad, "--db", empty_db]
+            )
+            one_line_error(result, "--time-budget must be a positive duration like 90s")
+    assert _jobs(empty_db) == 0  # refused before any job was recorded
+    given = ["90", "90s", "2.5m", "1h30m", " 1h 30m ", "0.5S"]
+    assert [parse_duration("--t", t) for t in given] == [90, 90, 150, 5400, 5400, 0.5]
+    assert parse_duration("--t", None) is None
+
+
 def test_repeated_shape_values_are_merged() -> None:
     from tuner.symbolic.buckets import parse_shape_options
 

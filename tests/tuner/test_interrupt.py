@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import TINY
-from tuner.interrupt import NOTICE, stop_on_sigint
-from workers.ledger import TrialBudget
+from tuner.interrupt import NOTICE, deadline, stop_on_sigint, until_time_is_up
+from workers.ledger import Interrupted, TrialBudget
 
 
 def test_first_sigint_asks_to_stop_second_interrupts() -> None:
@@ -45,6 +45,41 @@ def test_closing_a_budget_spends_it() -> None:
     assert budget.take()
     assert budget.close() == 4
     assert budget.left == 0 and not budget.take()
+
+
+def test_first_reason_to_close_a_budget_is_kept() -> None:
+    budget = TrialBudget(5)
+    assert budget.closed_by is None
+    budget.close("time")
+    budget.close("user")
+    assert budget.closed_by == "time" and budget.left == 0
+
+
+def test_deadline_fires_once_and_never_after_its_block() -> None:
+    fired: list[float] = []
+    start = time.monotonic()
+    with deadline(0.2, lambda: fired.append(time.monotonic() - start)):
+        time.sleep(0.5)
+    assert len(fired) == 1 and 0.2 <= fired[0] < 0.5
+    with deadline(0.2, lambda: fired.append(-1.0)):
+        pass  # left before the time: cancelled
+    with deadline(None, lambda: fired.append(-1.0)):
+        time.sleep(0.3)
+    time.sleep(0.3)
+    assert len(fired) == 1
+
+
+def test_only_a_time_budget_unwinding_ends_quietly() -> None:
+    budget = TrialBudget(5)
+    with pytest.raises(Interrupted), until_time_is_up(budget):  # still open: a real failure
+        raise Interrupted("unexpected")
+    budget.close("user")
+    with pytest.raises(Interrupted), until_time_is_up(budget):  # Ctrl-C goes on up
+        raise Interrupted("the job was interrupted")
+    timed = TrialBudget(5)
+    timed.close("time")
+    with until_time_is_up(timed):  # however MetaSchedule passed it on
+        raise RuntimeError("TVMError: Interrupted: the job was stopped")
 
 
 def _records(db: Path) -> int:

@@ -122,6 +122,32 @@ def test_trial_budget_is_a_hard_cap(sqlite_url, llvm_target) -> None:
         assert records() == 11
 
 
+@pytest.mark.parametrize("search", ["driver", "ray"])
+def test_time_budget_ends_the_search(sqlite_url, llvm_target, search: str) -> None:
+    """--time-budget: the search stops at the deadline, far short of its trials (MetaSchedule's
+    C++ loop unwound in the driver; the actors' loop ends with the budget), and the job ends
+    as usual with every record it measured; rounds are capped for a timed job."""
+    from database.queries import stats
+    from workers.connection import RayConnection
+
+    measure = MeasureConfig(min_repeat_ms=2, repeat=1)
+    config = TuneConfig(trials=400, seed=3, measure=measure, search=search, time_budget_sec=15.0)
+    assert config.round_cap == 16 < config.trials_per_iter
+    with RayConnection(num_cpus=2):
+        summary = tune(TwoKernels, llvm_target, Storage(sqlite_url), config, model_name="two")
+    assert summary.stopped_by == "time"
+    assert 2 < summary.trials_measured < 400  # the defaults and some searched candidates
+    assert summary.wall_sec < 15.0 + 30.0  # the round in flight and the range probes only
+    storage = Storage(sqlite_url, create=False)
+    assert stats(storage)["records"] == summary.trials_measured  # nothing lost
+    from database.models import JobRow
+
+    with storage.transaction(write=False) as session:
+        assert [j.status for j in session.query(JobRow).all()] == ["done"]
+    with pytest.raises(TuneFarmError, match="time budget"):
+        TuneConfig(trials=8, time_budget_sec=0)
+
+
 def test_search_population_is_sized_from_the_round() -> None:
     from tuner.job import MAX_POPULATION, MIN_POPULATION, TuneConfig, _strategy, search_population
 

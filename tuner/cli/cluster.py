@@ -38,6 +38,7 @@ from tuner.cli.common import (
     SeedOpt,
     ShapeOpt,
     TargetOpt,
+    TimeBudgetOpt,
     TransferOpt,
     TrialsOpt,
     check_model_file,
@@ -46,6 +47,7 @@ from tuner.cli.common import (
     console,
     err_console,
     open_storage,
+    parse_duration,
     user_errors,
 )
 from tuner.cluster.address import ray_address
@@ -91,6 +93,7 @@ def submit(
     keep_params: KeepParamsOpt = False,
     cost_model: CostModelOpt = "tunefarm",
     transfer: TransferOpt = False,
+    time_budget: TimeBudgetOpt = None,
     python: Annotated[
         str, typer.Option(help="Python of TuneFarm's environment on the cluster.")
     ] = "python",
@@ -110,6 +113,7 @@ def submit(
     # everything that can be checked here is, before contacting the cluster
     check_model_file(model)
     check_tune_options(trials, per_iter, min_repeat_ms)
+    parse_duration("--time-budget", time_budget)
     if target in ("llvm", "arm64") or target.lstrip().startswith("{"):
         resolve_target(target, arch)  # cuda's arch may come from the cluster's GPU
     parse_shape_options(shape or [])
@@ -130,6 +134,7 @@ def submit(
         "--keep-params": keep_params,
         "--cost-model": cost_model,
         "--transfer": transfer,
+        "--time-budget": time_budget,
     }
     submission_id = f"tunefarm-{name}-{uuid.uuid4().hex[:6]}"
     with tempfile.TemporaryDirectory(prefix="tunefarm-submit-") as work:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -145,6 +146,28 @@ def check_tune_options(trials: int, per_iter: int, min_repeat_ms: int) -> None:
         raise TuneFarmError(f"--min-repeat-ms must be 0 or more milliseconds (got {min_repeat_ms})")
 
 
+DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(flag: str, text: str | None) -> float | None:
+    """Seconds from ``90``, ``90s``, ``2.5m``, ``1h`` or ``1h30m`` (None stays None)."""
+    if text is None:
+        return None
+    number = r"\s*(\d+(?:\.\d+)?)\s*"
+    low = text.lower()
+    if re.fullmatch(number, low):
+        total = float(low)
+    elif re.fullmatch(f"(?:{number}[smh])+\\s*", low):
+        total = sum(float(n) * DURATION_UNITS[u] for n, u in re.findall(f"{number}([smh])", low))
+    else:
+        total = 0.0
+    if not 0 < total < math.inf:
+        raise TuneFarmError(
+            f"{flag} must be a positive duration like 90s, 10m or 1h30m (got {text!r})"
+        )
+    return total
+
+
 def check_range(flag: str, value: float | None, low: float, high: float) -> None:
     """``value`` is None or a finite number in [low, high]."""
     if value is not None and not (math.isfinite(value) and low <= value <= high):
@@ -192,6 +215,15 @@ SearchOpt = Annotated[
         help="Where the search runs: ray (each task in a search actor, rounds pipelined with "
         "builds), driver (MetaSchedule's task loop in this process) or auto (ray on a cluster "
         "of several CPU nodes or for a GPU/ARM device, else driver).",
+    ),
+]
+TimeBudgetOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--time-budget",
+        help="Stop the search after this long from the job's start (90s, 10m, 1h30m; plain "
+        "numbers are seconds), whatever is left of --trials; the job then ends as usual.",
+        show_default="no limit",
     ),
 ]
 CostModelOpt = Annotated[

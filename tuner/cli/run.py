@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -27,6 +28,7 @@ from tuner.cli.common import (
     SeedOpt,
     ShapeOpt,
     TargetOpt,
+    TimeBudgetOpt,
     TransferOpt,
     TrialsOpt,
     TuneAddressOpt,
@@ -35,6 +37,7 @@ from tuner.cli.common import (
     check_tune_options,
     console,
     open_storage,
+    parse_duration,
     user_errors,
 )
 from tuner.cli.render import LiveProgress, kernel_profile_table
@@ -66,6 +69,7 @@ def tune(
     shape_profile: cli_plan.ShapeProfileOpt = None,
     search: SearchOpt = "auto",
     stages: cli_plan.StagesOpt = 2,
+    time_budget: TimeBudgetOpt = None,
 ) -> None:
     """Tune MODEL's kernels on Ray workers and store the best schedules in the database.
 
@@ -79,6 +83,7 @@ def tune(
     from workers.config import MeasureConfig
 
     check_tune_options(trials, per_iter, min_repeat_ms)
+    time_budget_sec = parse_duration("--time-budget", time_budget)
     check_model_file(model)
     if shape_profile is not None and shape:
         raise TuneFarmError("give --shape or --shape-profile, not both")
@@ -95,6 +100,7 @@ def tune(
         cost_model=cost_model,
         transfer=transfer,
         search=search,
+        time_budget_sec=time_budget_sec,
     )
     if shape_profile is not None:
         _tune_planned(
@@ -168,9 +174,15 @@ def _tune_planned(
     budgets = stage_budgets(total, stages) if total else [0]
     done: list[tuple[Any, Any]] = []
     spent = carried = 0
+    started = time.perf_counter()
     with RayConnection(address):  # one Ray instance for every stage
         for i, share in enumerate(budgets):
             last = i == len(budgets) - 1
+            time_left = None
+            if config.time_budget_sec is not None:  # the stages share the time budget
+                time_left = config.time_budget_sec - (time.perf_counter() - started)
+                if time_left <= 0 and done:
+                    break
             if len(budgets) == 1:
                 plan = first
             else:
@@ -192,6 +204,7 @@ def _tune_planned(
                 trials=plan.trials,
                 task_trials=plan.task_trials(),
                 job_name=f"{config.job_name}-{i + 1}" if config.job_name and i else config.job_name,
+                time_budget_sec=None if time_left is None else max(time_left, 1e-3),
             )
             summary = run_tune(
                 loaded.mod,
@@ -245,6 +258,11 @@ def print_tune_summary(summary: JobSummary) -> None:
         )
     for name in summary.skipped:
         console.print(f"[yellow]skipped[/yellow] {name}")
+    if summary.stopped_by == "time":
+        console.print(
+            f"time budget reached: {summary.trials_measured} of "
+            f"{summary.trials_budget - summary.trials_before} trials measured"
+        )
     share = summary.db_sec / summary.wall_sec if summary.wall_sec else 0.0
     console.print(
         f"wall time {summary.wall_sec:.1f} s (database {summary.db_sec:.2f} s, {share:.1%})"

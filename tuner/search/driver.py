@@ -280,11 +280,15 @@ class ActorSearch:
         ready: deque[tuple[int, list[Candidate]]],
         queued: set[int],
     ) -> None:
+        if self.budget.closed_by == "time":  # the time budget is up: the round is dropped
+            return
         built = self.builder.build_json(
             [(c.candidate_hash, c.mod_json) for c in cands], self.target
         )
         if not self.plan.overlap_measure:  # the search would share the measuring cores
             self._collect(gen, ready, queued, block=True, every=True)
+        if self.budget.closed_by == "time":
+            return
         futures = self.runner.run_json(
             [(b.artifact_path, c.args_info_json) for b, c in zip(built, cands, strict=True)]
         )

@@ -540,10 +540,12 @@ def _ratio(vs: dict[str, Any] | None) -> str:
 
 def table(results: dict[str, Any]) -> str:
     """A markdown table of every workload's summary."""
+    by_wall = results.get("budget") == "wall"
     lines = [
         "| workload | variant | to 90% | to 95% | final latency | final, re-timed | wall | "
-        "search share | device busy | to 90% vs stock | re-timed vs stock | wall vs cold |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "trials | search share | device busy | to 90% vs stock | re-timed vs stock | "
+        "wall vs cold |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for workload, res in results["workloads"].items():
         for variant, e in res["summary"]["variants"].items():
@@ -555,13 +557,14 @@ def table(results: dict[str, Any]) -> str:
             cold = res["summary"]["variants"].get(cold_counterpart(variant))
             vs_cold = (
                 f"{e['wall_sec']['median'] / cold['wall_sec']['median']:.2f}x"
-                if cold and variant in WARM_VARIANTS and cold["wall_sec"]["median"]
+                if cold and variant in WARM_VARIANTS and cold["wall_sec"]["median"] and not by_wall
                 else "-"
             )
+            trials = f"{statistics.median(e['trials']):g}" if e.get("trials") else "-"
             lines.append(
                 f"| {workload} | {variant} | {_fmt(e['to_90'])} ({e['to_90']['reached']}) | "
                 f"{_fmt(e['to_95'])} ({e['to_95']['reached']}) | {_fmt(e['final_sec'], 'us')} | "
-                f"{retimed} | {_fmt(e['wall_sec'])} | {share} | {busy} | {ratio} | "
+                f"{retimed} | {_fmt(e['wall_sec'])} | {trials} | {share} | {busy} | {ratio} | "
                 f"{final_ratio} | {vs_cold} |"
             )
     return "\n".join(lines)
@@ -597,7 +600,8 @@ def write_report(results: dict[str, Any], results_file: Path, report: Path) -> N
         "Device busy: the share of the devices' time spent measuring while the job had "
         "budget left. Wall vs cold: a warm variant's median wall time over its cold "
         "counterpart's (the same search settings without the history: `tunefarm-warm-g4` "
-        "over `tunefarm-g4`, the others over `tunefarm`), at the same trials.",
+        "over `tunefarm-g4`, the others over `tunefarm`), at the same trials (none when the "
+        "budget is wall time). Trials: the median of the runs' measured candidates.",
         "",
     ]
     for workload, res in results["workloads"].items():

@@ -56,9 +56,19 @@ def test_table_reports_device_busy_and_a_warm_run_against_the_cold_one() -> None
         line.split(" | ")[1]: line
         for line in table({"workloads": {"w": {"summary": summary}}}).splitlines()[2:]
     }
-    assert rows["tunefarm-warm"].endswith("| 70% | 0.25x | - | 1.20x |")
-    assert rows["tunefarm"].endswith("| 50% | 0.50x | - | - |")
-    assert rows["stock"].endswith("| - | - | - | - |")
+    assert rows["tunefarm-warm"].endswith("| 8 | 8% | 70% | 0.25x | - | 1.20x |")
+    assert rows["tunefarm"].endswith("| 8 | 10% | 50% | 0.50x | - | - |")
+    assert rows["stock"].endswith("| 8 | - | - | - | - | - |")
+    # at equal wall time a warm job's wall over the cold one's says nothing
+    wall = table({"budget": "wall", "workloads": {"w": {"summary": summary}}})
+    assert wall.splitlines()[3].endswith("| 0.25x | - | - |")
+
+
+def test_wall_budget_runs_stock_first_and_needs_it() -> None:
+    from benchmarks.time_to_quality import main
+
+    with pytest.raises(SystemExit):  # argparse's usage error: no stock, no wall budget
+        main(["--budget", "wall", "--variants", "tunefarm", "--seeds", "0"])
 
 
 def test_retimed_finals_are_compared_with_stock() -> None:

@@ -460,7 +460,6 @@ def tune(
             stops.enter_context(stop_on_sigint(lambda: (spend("user"), stop())))
             try:
                 baselines = measure_baselines(tasks, target, builder, runner, db, job_id, budget)
-                measure_probes(probes, target, builder, runner, db, job_id)
                 for state, base in zip(states, baselines, strict=True):
                     state.baseline_sec = base
                 builder.budget = budget
@@ -506,10 +505,11 @@ def tune(
                         builder.stop.clear()  # the range probes below still build
                 window = time.perf_counter() - window_start
                 busy = runner.device_sec  # the search's window only, not the probes after it
-                # each bucket's range kernel as the build will make it from the final records
-                measure_probes(
-                    range_probes(linked, by_name, db, target), target, builder, runner, db, job_id
-                )
+                # what the build's dispatch rule weighs, after the search (nothing in the search
+                # reads it): each symbolic kernel's generic code and each bucket's range kernel
+                # as the build will make it from the final records
+                after = probes + range_probes(linked, by_name, db, target)
+                measure_probes(after, target, builder, runner, db, job_id)
             finally:
                 if search is not None:
                     search.shutdown()

@@ -1,11 +1,12 @@
 """Timings the build's dispatch rule weighs that are not trials (no record, no budget).
 
-A tune times, on its own devices and at each bucket's shapes:
+A tune times, on its own devices and at each bucket's shapes, after the search (nothing in the
+search reads them, so they do not delay its first candidates):
 
 - each one-variable kernel's **generic code** (its untuned default schedule with symbolic
-  extents), before the search: the rule's cost of leaving a value to the generic kernel;
+  extents): the rule's cost of leaving a value to the generic kernel;
 - each bucket's **range kernel** (the bucket's best schedule transplanted onto the padded
-  kernel, :func:`tuner.symbolic.rangekernel.transplant`), after the search: symbolic loop
+  kernel, :func:`tuner.symbolic.rangekernel.transplant`): symbolic loop
   extents can cost it vectorization and unrolling that its static kernel had (GPT-2's
   ``probs @ V`` range kernel of tile 1 ran 9x slower than the static kernel at 64), so the rule
   prices a range kernel by its own time, not its bucket's static one.

@@ -48,7 +48,8 @@ median curve with its interquartile band per variant. A ratio whose runs spread 
 every variant the same wall-clock time instead: in each seed stock runs first, with the
 trials; each TuneFarm variant then tunes with ``tune --time-budget`` set to that stock run's
 wall time, :data:`WALL_TRIALS_FACTOR` times the trials and the round size its trials run
-would have, so the final latencies compare at equal wall time (a TuneFarm job ends a few
+would have (at most ``tuner.job.TIMED_ROUND_CAP``), so the final latencies compare at equal
+wall time (a TuneFarm job ends a few
 seconds after its budget: it measures the range kernels the build uses).
 
 The short form in ``make bench`` is ``--workloads mlp --seeds 3 --trials-per-task 8``.
@@ -590,7 +591,8 @@ def write_report(results: dict[str, Any], results_file: Path, report: Path) -> N
         else f"- {results['seeds']} seeds per variant, **the same wall time**: stock runs "
         f"{results['trials_per_task']} trials per task first in each seed, and each TuneFarm "
         "variant then tunes until that run's wall time (`tune --time-budget`; at most "
-        f"{WALL_TRIALS_FACTOR}x the trials, the same round size and measurement settings)",
+        f"{WALL_TRIALS_FACTOR}x the trials, the same measurement settings and round size, "
+        "at most the 16 a timed job's rounds are capped at)",
         "- medians over seeds with the interquartile range in brackets; a run that never "
         "reached a level counts its whole wall time; a ratio is marked noisy when either "
         "side's interquartile range exceeds 25% of its median",
@@ -756,6 +758,7 @@ def main(argv: list[str] | None = None) -> int:
             }
             out_path.write_text(_dumps(results))
     results["load"] = f"{load_before:.2f} -> {os.getloadavg()[0]:.2f}"
+    out_path.write_text(_dumps(results))
     console.print(table(results))
     write_report(results, out_path, args.report)
     console.print(f"results: {out_path}; report: {args.report}")

@@ -476,7 +476,8 @@ def tune(
                 if budget.left > 0:
                     view.start(states, budget.left)
                     # the time budget: actors' rounds end with the budget; MetaSchedule's C++
-                    # loop in the driver is unwound by the builder, as on Ctrl-C
+                    # loop in the driver is unwound by the recorder after the round it records
+                    # (or by the builder at its next batch), as on Ctrl-C
                     on_time = (
                         (lambda: spend("time"))
                         if search is not None

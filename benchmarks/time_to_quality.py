@@ -340,16 +340,16 @@ def run_stock(
     trials: int,
     seed: int,
     tmp: Path,
+    per_iter: int,
 ) -> tuple[RunResult, list[Any]]:
-    """Stock MetaSchedule over the same bucket tasks, timed by a measure callback; also each
-    task's final schedule."""
+    """Stock MetaSchedule over the same bucket tasks in rounds of ``per_iter``, timed by a
+    measure callback; also each task's final schedule."""
     from tvm.ir.utils import derived_object
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
     from benchmarks.suite import STOCK_BUILD_TIMEOUT_S
     from tuner.fastimport import preload_tensor_intrin
-    from tuner.job import trials_per_round
 
     start = time.time()
     tasks = [bt.task for bt in _bucket_tasks(model_path, target, buckets)]
@@ -387,7 +387,7 @@ def run_stock(
             task_weights=[float(t.weight) for t in tasks],
             work_dir=work_dir,
             max_trials_global=trials,
-            num_trials_per_iter=trials_per_round(64, trials, len(tasks)),
+            num_trials_per_iter=per_iter,
             builder=ms.builder.LocalBuilder(
                 timeout_sec=STOCK_BUILD_TIMEOUT_S, initializer=preload_tensor_intrin
             ),
@@ -653,7 +653,7 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
     from tuner.bench import bench_threads
-    from tuner.job import trials_per_round
+    from tuner.job import TuneConfig, trials_per_round
     from tuner.targets import resolve_target
 
     console = Console()
@@ -690,8 +690,9 @@ def main(argv: list[str] | None = None) -> int:
                 console.print(f"  built in {time.time() - started:.1f} s")
             runs: list[RunResult] = []
             schedules: list[list[Any]] = []
-            # the round size of a job of ``trials``: --budget wall keeps it with more trials
-            per_iter = trials_per_round(64, trials, n_tasks)
+            # the round size of a TuneFarm job of ``trials`` (TuneConfig's default cap): stock's
+            # too, and a timed TuneFarm job's with more trials (--budget wall)
+            per_iter = trials_per_round(TuneConfig.trials_per_iter, trials, n_tasks)
             # seeds outermost, variants interleaved: drift in the machine hits every variant
             for seed in range(args.seeds):
                 stock_wall = None
@@ -708,7 +709,7 @@ def main(argv: list[str] | None = None) -> int:
                     )
                     if variant == "stock":
                         run, final = run_stock(
-                            workload, model_path, target, buckets, trials, seed, tmp
+                            workload, model_path, target, buckets, trials, seed, tmp, per_iter
                         )
                         stock_wall = run.wall_sec
                     else:

@@ -11,6 +11,7 @@ stock MetaSchedule before its warm-up.
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -28,6 +29,7 @@ from database.errors import DatabaseError
 from database.training import records_of_candidates, store_features
 from tuner.cost_model.features import (
     FEATURE_VERSION,
+    WIDTH,
     CandidateFeatures,
     extractor,
     featurize,
@@ -46,6 +48,12 @@ from tuner.cost_model.ranker import (
 log = logging.getLogger("tunefarm.cost_model")
 
 SAME_WORKLOAD_WEIGHT = 4.0
+
+# Candidates whose features a model keeps (least recently used out). The evolutionary search
+# scores its whole population every generation and mutations often land on a schedule it has
+# already scored (16% of a 64-trial QKV job's candidates); the measured ones are featurized
+# again by ``update``. A few KB each.
+FEATURE_CACHE_SIZE = 8192
 
 
 def result_secs(result: RunnerResult) -> float:
@@ -92,6 +100,9 @@ class TunefarmModel(PyCostModel):
         # features of measured candidates by (workload shash, candidate hash), kept until
         # store_features caches them for the records the job wrote
         self._measured: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
+        # features by (workload shash, candidate hash): see FEATURE_CACHE_SIZE
+        self._cache: OrderedDict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self.cache_hits = 0
 
     # ------------------------------------------------------------------ data
     def add_local(self, x: np.ndarray, secs: np.ndarray, keys: list[str]) -> None:
@@ -130,12 +141,34 @@ class TunefarmModel(PyCostModel):
 
     def _features(
         self, context: ms.TuneContext, candidates: list[ms.MeasureCandidate]
-    ) -> tuple[str, CandidateFeatures]:
+    ) -> tuple[str, list[str], CandidateFeatures]:
+        """The workload's key, each candidate's hash and their features; only candidates
+        not in the cache are featurized."""
         key = shash_of(context.mod)
         if key not in self._shape:
             self._shape[key] = shape_features(context.mod, self.buckets.get(key))
             self._ref[key] = reference(context, self.fx)
-        return key, featurize(context, candidates, self._shape[key], self.fx, self._ref[key])
+        hashes = [shash_of(c.sch.mod) for c in candidates]
+        missing = {
+            h: c for h, c in zip(hashes, candidates, strict=True) if (key, h) not in self._cache
+        }
+        if missing:
+            new = featurize(
+                context, list(missing.values()), self._shape[key], self.fx, self._ref[key]
+            )
+            for h, row, stores in zip(missing, new.pooled, new.per_store, strict=True):
+                self._cache[(key, h)] = (np.array(row), stores)
+        self.cache_hits += len(hashes) - len(missing)
+        found = []
+        for h in hashes:
+            self._cache.move_to_end((key, h))
+            found.append(self._cache[(key, h)])
+        while len(self._cache) > FEATURE_CACHE_SIZE:
+            self._cache.popitem(last=False)
+        pooled = (
+            np.stack([row for row, _ in found]) if found else np.zeros((0, WIDTH), dtype=np.float32)
+        )
+        return key, hashes, CandidateFeatures(pooled=pooled, per_store=[st for _, st in found])
 
     def store_features(self, storage: Storage, target: tvm.target.Target) -> int:
         """Cache the features of the measured candidates that are records of ``storage`` for
@@ -227,12 +260,12 @@ class TunefarmModel(PyCostModel):
     ) -> None:
         if not candidates:
             return
-        key, feats = self._features(context, candidates)
+        key, hashes, feats = self._features(context, candidates)
         x = feats.pooled
         if len(x) != len(results):
             return
-        for cand, row, stores in zip(candidates, x, feats.per_store, strict=True):
-            self._measured[(key, shash_of(cand.sch.mod))] = (row, stores)
+        for chash, row, stores in zip(hashes, x, feats.per_store, strict=True):
+            self._measured[(key, chash)] = (row, stores)
         secs = np.array([result_secs(r) for r in results])
         self.add_local(x, secs, [key] * len(x))
         self.last_rows = (np.asarray(x, dtype=np.float32), secs, [key] * len(x))
@@ -242,5 +275,5 @@ class TunefarmModel(PyCostModel):
     def predict(self, context: ms.TuneContext, candidates: list[ms.MeasureCandidate]) -> np.ndarray:
         if self.ranker is None:
             return self.rng.uniform(size=len(candidates)).astype("float64")
-        _, feats = self._features(context, candidates)
+        _, _, feats = self._features(context, candidates)
         return score(self.ranker, self.validity, feats.pooled).astype("float64")

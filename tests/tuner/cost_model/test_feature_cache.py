@@ -171,3 +171,41 @@ def test_model_caches_the_features_of_measured_candidates(cm_db, key, llvm_targe
     np.testing.assert_allclose(cached.x, replayed.x, rtol=1e-6, atol=1e-6)
     for p, q in zip(cached.per_store, replayed.per_store, strict=True):
         np.testing.assert_allclose(p, q, rtol=1e-6, atol=1e-6)
+
+
+def test_model_featurizes_each_candidate_once(cm_db, key, llvm_target, monkeypatch) -> None:
+    """The evolutionary search scores candidates it has scored before and ``update`` the
+    measured ones again: the model featurizes each (workload, schedule) once, with the same
+    rows as featurizing afresh, and keeps at most FEATURE_CACHE_SIZE of them."""
+    from tuner.cost_model import model as model_mod
+    from tuner.cost_model.features import featurize, reference, shape_features
+
+    storage = Storage(cm_db.url, create=False)
+    wid, mod_json = storage.run(
+        lambda s: s.execute(select(WorkloadRow.id, WorkloadRow.mod_json)).first()
+    )
+    mod = tvm.ir.load_json(mod_json)
+    q = select(RecordRow.trace_json, RecordRow.args_info_json, RecordRow.mean_sec).where(
+        RecordRow.workload_id == wid
+    )
+    recs = storage.run(lambda s: list(s.execute(q)))
+    cands, kept = replay_candidates(mod, llvm_target, [(r[0], r[1]) for r in recs])
+    assert len(cands) >= 8
+    ctx = ms.TuneContext(mod=mod, target=llvm_target, space_generator="post-order-apply")
+    model = TunefarmModel(buckets={shash_of(mod): None}, min_samples=8)
+    results = [RunnerResult(run_secs=[recs[i][2] or 1.0], error_msg=None) for i in kept]
+    model.update(ctx, cands, results)  # featurizes every candidate, then trains
+    assert model.ranker is not None and model.cache_hits == 0
+    first = model.predict(ctx, cands)  # all cached by the update
+    assert model.cache_hits == len(cands)
+    fresh = featurize(ctx, cands, shape_features(mod, None), ref=reference(ctx))
+    _, _, cached = model._features(ctx, cands)
+    np.testing.assert_array_equal(cached.pooled, fresh.pooled)
+    np.testing.assert_array_equal(model.predict(ctx, cands), first)
+
+    monkeypatch.setattr(model_mod, "FEATURE_CACHE_SIZE", 4)
+    model.predict(ctx, cands[:6])
+    assert len(model._cache) == 4
+    hits = model.cache_hits
+    model.predict(ctx, cands[2:6])  # the 4 most recently used stayed
+    assert model.cache_hits == hits + 4

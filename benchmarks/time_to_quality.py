@@ -7,7 +7,8 @@ settings, from nothing:
 - ``tunefarm``: ``tuner.job.tune`` on the embedded default (local Ray, a fresh SQLite file), its
   evolutionary search's population sized from the round (``tuner.job.search_population``);
 - ``tunefarm-pop512``: the same with MetaSchedule's fixed population of 512 (TuneFarm before
-  the population was sized);
+  the population was sized); ``tunefarm-pop256``, ``tunefarm-warm-pop256``: the cold and warm
+  jobs with a population of 256 whatever the round (half of what a round of 16 gets);
 - ``tunefarm-warm``: the same job into a copy of a team's history database (see below): its
   cost model starts from the history (a base model trained on it, then snapshot) and the
   records of the same kernels at other buckets weigh in;
@@ -60,6 +61,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import shutil
 import statistics
 import tempfile
@@ -90,7 +92,7 @@ HISTORIES: dict[str, list[tuple[str, dict[str, list[int]]]]] = {
     "transformer": [("examples/transformer_block_dynamic.py", {"s": [32, 128]})],
 }
 # tunefarm: the default job (--search auto); tunefarm-ray: its search forced into Ray search
-# actors (--search ray); tunefarm-pop512: with stock's population; tunefarm-warm(-transfer):
+# actors (--search ray); tunefarm-popN: with a population of N; tunefarm-warm(-transfer):
 # the default job (with --transfer) into a copy of the workload's history; stock:
 # MetaSchedule's tune_tasks with its XGBModel
 VARIANTS = (
@@ -101,10 +103,17 @@ VARIANTS = (
     "tunefarm-warm-transfer",
     "tunefarm-ray",
     "tunefarm-pop512",
+    "tunefarm-pop256",
+    "tunefarm-warm-pop256",
     "stock",
 )
 DEFAULT_VARIANTS = ("tunefarm", "tunefarm-warm", "stock")
-WARM_VARIANTS = ("tunefarm-warm", "tunefarm-warm-g4", "tunefarm-warm-transfer")
+WARM_VARIANTS = (
+    "tunefarm-warm",
+    "tunefarm-warm-g4",
+    "tunefarm-warm-transfer",
+    "tunefarm-warm-pop256",
+)
 LEVELS = (0.9, 0.95)
 BUDGETS = ("trials", "wall")
 WALL_TRIALS_FACTOR = 4  # --budget wall: TuneFarm's trial cap, times the trials stock runs
@@ -713,7 +722,8 @@ def main(argv: list[str] | None = None) -> int:
                         )
                         stock_wall = run.wall_sec
                     else:
-                        population = 512 if variant == "tunefarm-pop512" else None
+                        pop = re.search(r"-pop(\d+)$", variant)
+                        population = int(pop.group(1)) if pop else None
                         run, final = run_tunefarm(
                             workload,
                             model_path,

@@ -52,6 +52,19 @@ def _same(a: Dataset, b: Dataset) -> None:
         np.testing.assert_array_equal(p, q)
 
 
+def _measured(
+    storage: Storage, wid: int, mod: tvm.IRModule, target: tvm.target.Target
+) -> tuple[list[ms.MeasureCandidate], list[RunnerResult]]:
+    """The stored records of workload ``wid`` replayed as measured candidates, with results
+    of their stored latency."""
+    q = select(RecordRow.trace_json, RecordRow.args_info_json, RecordRow.mean_sec).where(
+        RecordRow.workload_id == wid
+    )
+    recs = storage.run(lambda s: list(s.execute(q)))
+    cands, kept = replay_candidates(mod, target, [(r[0], r[1]) for r in recs])
+    return cands, [RunnerResult(run_secs=[recs[i][2] or 1.0], error_msg=None) for i in kept]
+
+
 @pytest.fixture(scope="module")
 def key(llvm_target) -> TargetKey:
     preload_tensor_intrin()
@@ -155,13 +168,8 @@ def test_model_caches_the_features_of_measured_candidates(cm_db, key, llvm_targe
     for wid, mod_json, bucket_json in workloads:
         mod = tvm.ir.load_json(mod_json)
         model.buckets[shash_of(mod)] = json.loads(bucket_json) if bucket_json else None
-        q = select(RecordRow.trace_json, RecordRow.args_info_json, RecordRow.mean_sec).where(
-            RecordRow.workload_id == wid
-        )
-        recs = storage.run(lambda s, q=q: list(s.execute(q)))
-        cands, kept = replay_candidates(mod, llvm_target, [(r[0], r[1]) for r in recs])
+        cands, results = _measured(storage, wid, mod, llvm_target)
         ctx = ms.TuneContext(mod=mod, target=llvm_target, space_generator="post-order-apply")
-        results = [RunnerResult(run_secs=[recs[i][2] or 1.0], error_msg=None) for i in kept]
         model.update(ctx, cands, results)
         measured += len(cands)
     assert model.store_features(storage, llvm_target) == measured
@@ -185,15 +193,10 @@ def test_model_featurizes_each_candidate_once(cm_db, key, llvm_target, monkeypat
         lambda s: s.execute(select(WorkloadRow.id, WorkloadRow.mod_json)).first()
     )
     mod = tvm.ir.load_json(mod_json)
-    q = select(RecordRow.trace_json, RecordRow.args_info_json, RecordRow.mean_sec).where(
-        RecordRow.workload_id == wid
-    )
-    recs = storage.run(lambda s: list(s.execute(q)))
-    cands, kept = replay_candidates(mod, llvm_target, [(r[0], r[1]) for r in recs])
+    cands, results = _measured(storage, wid, mod, llvm_target)
     assert len(cands) >= 8
     ctx = ms.TuneContext(mod=mod, target=llvm_target, space_generator="post-order-apply")
     model = TunefarmModel(buckets={shash_of(mod): None}, min_samples=8)
-    results = [RunnerResult(run_secs=[recs[i][2] or 1.0], error_msg=None) for i in kept]
     model.update(ctx, cands, results)  # featurizes every candidate, then trains
     assert model.ranker is not None and model.cache_hits == 0
     first = model.predict(ctx, cands)  # all cached by the update

@@ -22,7 +22,7 @@ from benchmarks.common import cpu_of, geomean, hostname_of
 
 ROOT = Path(__file__).resolve().parent.parent
 BEGIN, END = "<!-- bench:headline -->", "<!-- /bench:headline -->"
-PHASES = ("startup", "build_wait", "run_wait", "database", "search")
+PHASES = ("startup", "build_wait", "run_wait", "database", "probes", "search")
 
 
 # --------------------------------------------------------------------------- helpers
@@ -553,7 +553,8 @@ def _overhead(res: dict[str, Any], img: str | None) -> list[str]:
     out += [
         "Candidates per second after startup, and the driver's wall time by phase: startup "
         "(task extraction, Ray), waiting for builds, waiting for measurements, database "
-        "transactions, and search (evolutionary search, cost model, MetaSchedule bookkeeping, "
+        "transactions, probes (preparing the untuned defaults and the dispatch rule's probes), "
+        "and search (evolutionary search, cost model, MetaSchedule bookkeeping, "
         "Ray shutdown).",
         "",
     ]

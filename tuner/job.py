@@ -40,7 +40,7 @@ from tuner.targets import device_kind
 from workers.builder import RayBuilder
 from workers.config import MeasureConfig
 from workers.connection import RayConnection
-from workers.ledger import Interrupted, Ledger, TrialBudget
+from workers.ledger import Interrupted, Ledger, RoundPace, TrialBudget
 from workers.results import ErrorKind
 from workers.runner import RayRunner
 
@@ -158,7 +158,9 @@ class JobSummary:
     skipped: list[str]
     db_sec: float = 0.0  # time spent in database transactions (the driver's share)
     # the driver's wall time by phase: startup (extraction, Ray), build_wait, run_wait,
-    # database, search (the rest: search strategy, cost model, MetaSchedule bookkeeping)
+    # database, probes (preparing the untuned defaults before the search and the dispatch
+    # rule's probes after it, less their waits), search (the rest: search strategy, cost
+    # model, MetaSchedule bookkeeping)
     phases: dict[str, float] = field(default_factory=dict)
     # how the search ran: mode, and for "ray" its actors, nodes, rounds, restarts, and the
     # search work done off the driver (actor_busy_sec)
@@ -206,6 +208,10 @@ class JobRecorder(PyMeasureCallback):
         # set when the job must stop (Ctrl-C, time budget): MetaSchedule's loop is unwound
         # right after the round is recorded, not after another round's search
         self.stop: threading.Event | None = None
+        # a timed job's pace and budget: a round is recorded; when the time left holds no
+        # other round, the budget closes ("time") and the loop is unwound after this round
+        self.pace: RoundPace | None = None
+        self.budget: TrialBudget | None = None
 
     def apply(
         self,
@@ -226,7 +232,11 @@ class JobRecorder(PyMeasureCallback):
             return trace, args_info
 
         self.record(task_id, as_json, builder_results, runner_results)
-        if self.stop is not None and self.stop.is_set():
+        if self.pace is not None and self.budget is not None and not self.pace.another_round():
+            self.budget.close("time")  # its search would be thrown away at the deadline
+        if (self.stop is not None and self.stop.is_set()) or (
+            self.budget is not None and self.budget.closed_by == "time"
+        ):
             raise Interrupted("the job was stopped")
 
     def record(
@@ -281,6 +291,8 @@ class JobRecorder(PyMeasureCallback):
         # and the job's progress land in one commit
         self.db.add_round(batch, (self.job_id, {"trials_done": self.trials_before + self.measured}))
         self.view.advance(self.measured - measured_before)
+        if self.pace is not None:
+            self.pace.recorded()
 
 
 def _quiet_logger(name: str) -> logging.Logger:
@@ -458,8 +470,12 @@ def tune(
             # Ctrl-C: no new candidate is built; the builder's next batch raises Interrupted
             stop, spend = builder.stop.set, budget.close
             stops.enter_context(stop_on_sigint(lambda: (spend("user"), stop())))
+            probe_sec = _DriverTime(builder, runner, storage)
             try:
-                baselines = measure_baselines(tasks, target, builder, runner, db, job_id, budget)
+                with probe_sec:
+                    baselines = measure_baselines(
+                        tasks, target, builder, runner, db, job_id, budget
+                    )
                 for state, base in zip(states, baselines, strict=True):
                     state.baseline_sec = base
                 builder.budget = budget
@@ -473,6 +489,9 @@ def tune(
                 )
                 if left is not None and left <= 0 and budget.left > 0:
                     budget.close("time")  # the defaults' measurement took the time budget
+                pace = None if left is None else RoundPace(time.perf_counter() + left)
+                builder.pace = recorder.pace = pace
+                recorder.budget = budget
                 if budget.left > 0:
                     view.start(states, budget.left)
                     # the time budget: actors' rounds end with the budget; MetaSchedule's C++
@@ -504,13 +523,17 @@ def tune(
                         view.stop()
                     if budget.closed_by == "time":
                         builder.stop.clear()  # the range probes below still build
+                    builder.pace = None
+                    if pace is not None:  # candidates that would have ended past the deadline
+                        search_info["cut_by_time"] = pace.cut
                 window = time.perf_counter() - window_start
                 busy = runner.device_sec  # the search's window only, not the probes after it
                 # what the build's dispatch rule weighs, after the search (nothing in the search
                 # reads it): each symbolic kernel's generic code and each bucket's range kernel
                 # as the build will make it from the final records
-                after = probes + range_probes(linked, by_name, db, target)
-                measure_probes(after, target, builder, runner, db, job_id)
+                with probe_sec:
+                    after = probes + range_probes(linked, by_name, db, target)
+                    measure_probes(after, target, builder, runner, db, job_id)
             finally:
                 if search is not None:
                     search.shutdown()
@@ -553,7 +576,7 @@ def tune(
     )
     wall_sec = time.perf_counter() - start
     db_sec = storage.busy_sec - db_busy_at_start
-    phases = {"startup": startup_sec, **waits, "database": db_sec}
+    phases = {"startup": startup_sec, **waits, "database": db_sec, "probes": probe_sec.sec}
     phases["search"] = max(0.0, wall_sec - sum(phases.values()))
     return JobSummary(
         job_id=job_id,
@@ -571,6 +594,25 @@ def tune(
         devices=devices,
         stopped_by=budget.closed_by if budget is not None else None,
     )
+
+
+class _DriverTime:
+    """The driver's own time inside a ``with`` block (repeatable), less what it waited on the
+    builder and the runner and spent in database transactions (phases of their own)."""
+
+    def __init__(self, builder: RayBuilder, runner: RayRunner, storage: Storage) -> None:
+        self._parts = (builder, runner, storage)
+        self.sec = 0.0
+
+    def _others(self) -> float:
+        builder, runner, storage = self._parts
+        return builder.wait_sec + runner.wait_sec + storage.busy_sec
+
+    def __enter__(self) -> None:
+        self._start = time.perf_counter() - self._others()
+
+    def __exit__(self, *exc: object) -> None:
+        self.sec += max(0.0, time.perf_counter() - self._others() - self._start)
 
 
 def _start_actor_search(

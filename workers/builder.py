@@ -21,9 +21,11 @@ from workers.config import FaultPolicy, MeasureConfig
 from workers.connection import RayConnection
 from workers.ledger import (
     OVER_BUDGET,
+    OVER_TIME,
     Entry,
     Interrupted,
     Ledger,
+    RoundPace,
     TrialBudget,
     run_result_of_row,
 )
@@ -100,6 +102,8 @@ class RayBuilder(PyBuilder):
         self.events = self._log.events  # what happened, for logs and tests
         self._markers: list[Any] = []  # QuarantinedSlot actors (live as long as the builder)
         self.stop = threading.Event()  # set on Ctrl-C: the next batch raises Interrupted
+        # a timed job's pace: a round is cut to the candidates that fit before its deadline
+        self.pace: RoundPace | None = None
 
     def submit(
         self,
@@ -149,6 +153,12 @@ class RayBuilder(PyBuilder):
             if self.database is not None
             else {}
         )
+        new = sum(1 for h, _ in candidates if h not in stored)
+        fit = self.pace.sending(new) if self.pace is not None and new else new
+        if new and not fit:  # not even one would be measured in time: the job ends here
+            if self.budget is not None:
+                self.budget.close("time")
+            self.stop.set()
         for candidate_hash, mod_json in candidates:
             entry = Entry(candidate_hash=candidate_hash)
             row = stored.get(candidate_hash)
@@ -158,9 +168,13 @@ class RayBuilder(PyBuilder):
                 entry.run = run_result_of_row(row)
                 keys.append(self.ledger.add(entry))
                 continue
-            if self.budget is not None and not self.budget.take():
+            why = OVER_TIME if fit <= 0 else None
+            fit -= 1
+            if why is None and self.budget is not None and not self.budget.take():
+                why = OVER_BUDGET
+            if why is not None:
                 entry.dropped = True
-                entry.build = BuildResult(error_kind=ErrorKind.BUILD_ERROR, error_msg=OVER_BUDGET)
+                entry.build = BuildResult(error_kind=ErrorKind.BUILD_ERROR, error_msg=why)
                 keys.append(self.ledger.add(entry))
                 continue
             key = self.ledger.add(entry)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import itertools
 import json
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,12 +89,66 @@ class TrialBudget:
             return left
 
 
+class RoundPace:
+    """A timed job's pace, for a time budget that is a hard cap: how long a candidate takes
+    from the start of its round's builds to the round's record, and how long the search of a
+    round takes; from those, how many of a round's candidates still fit before ``ends_at``
+    (a :func:`time.perf_counter` value) and whether another round does. Until a round has
+    been timed, everything fits (thread-safe)."""
+
+    def __init__(self, ends_at: float, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.ends_at = ends_at
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._sent_at: float | None = None
+        self._sent = 0
+        self._recorded_at: float | None = None
+        self.candidate_sec: float | None = None  # the last timed round's, per candidate built
+        self.search_sec: float | None = None  # from the last record to the next round's builds
+        self.cut = 0  # candidates not built because they would have ended past ``ends_at``
+
+    def left(self) -> float:
+        return self.ends_at - self._clock()
+
+    def sending(self, n: int) -> int:
+        """The builder is about to build ``n`` new candidates: how many of them (the first
+        ones) to build. The rest would be measured after the deadline."""
+        now = self._clock()
+        with self._lock:
+            if self._recorded_at is not None:
+                self.search_sec = now - self._recorded_at
+                self._recorded_at = None
+            fit = n
+            if self.candidate_sec is not None and self.candidate_sec > 0:
+                fit = max(0, min(n, int((self.ends_at - now) / self.candidate_sec)))
+            self.cut += n - fit
+            self._sent_at, self._sent = now, fit
+            return fit
+
+    def recorded(self) -> None:
+        """A round's measurements are recorded."""
+        now = self._clock()
+        with self._lock:
+            if self._sent_at is not None and self._sent > 0:
+                self.candidate_sec = (now - self._sent_at) / self._sent
+            self._sent_at, self._sent = None, 0
+            self._recorded_at = now
+
+    def another_round(self) -> bool:
+        """Whether the time left holds another round's search and one of its candidates."""
+        with self._lock:
+            if self.candidate_sec is None or self.search_sec is None:
+                return self.ends_at > self._clock()
+            return self.ends_at - self._clock() > self.search_sec + self.candidate_sec
+
+
 class Interrupted(Exception):
     """The job was asked to stop (Ctrl-C, or its time budget is up): raised by the builder at
     its next batch."""
 
 
 OVER_BUDGET = "not built: the job's trial budget is spent"
+OVER_TIME = "not built: it would be measured after the job's time budget"
 
 
 def run_result_of_row(row: Any) -> RunResult:

@@ -30,8 +30,9 @@ def test_tune_records_every_trial(tuned_db) -> None:
     assert task.best_sec and task.baseline_sec
     assert task.speedup > 1.0  # tuned beats the untuned default kernel
     phases = summary.phases  # the driver's wall time by phase, for the benchmark suite
-    assert set(phases) == {"startup", "build_wait", "run_wait", "database", "search"}
+    assert set(phases) == {"startup", "build_wait", "run_wait", "database", "probes", "search"}
     assert phases["build_wait"] > 0 and phases["run_wait"] > 0 and phases["startup"] > 0
+    assert phases["probes"] > 0  # preparing the untuned default: the driver's, not the search's
     assert sum(phases.values()) == pytest.approx(summary.wall_sec, rel=1e-6)
     devices = summary.devices  # the device measured part of the time it had budget left
     assert devices["slots"] >= 1 and 0 < devices["busy_sec"] < devices["window_sec"]
@@ -141,6 +142,7 @@ def test_time_budget_ends_the_search(sqlite_url, llvm_target, search: str) -> No
     assert summary.stopped_by == "time"
     assert 2 < summary.trials_measured < 400  # the defaults and some searched candidates
     assert summary.wall_sec < budget + 30.0  # the round in flight and the range probes only
+    assert summary.search["cut_by_time"] >= 0  # rounds cut to what ends before the deadline
     storage = Storage(sqlite_url, create=False)
     assert stats(storage)["records"] == summary.trials_measured  # nothing lost
     from database.models import JobRow

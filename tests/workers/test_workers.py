@@ -49,7 +49,7 @@ def test_ray_builder_and_runner(llvm_target) -> None:
 
     from workers.builder import RayBuilder
     from workers.connection import RayConnection
-    from workers.ledger import OVER_BUDGET, Ledger, TrialBudget
+    from workers.ledger import OVER_BUDGET, OVER_TIME, Ledger, RoundPace, TrialBudget
     from workers.runner import RayRunner
 
     mod = matmul_mod()
@@ -80,6 +80,19 @@ def test_ray_builder_and_runner(llvm_target) -> None:
         capped = builder.build([BuilderInput(m, llvm_target) for m in (mod, matmul_mod(8, 8, 8))])
         assert capped[0].error_msg is None and capped[1].error_msg == OVER_BUDGET
         assert ledger.get(capped[1].artifact_path).dropped and builder.budget.left == 0
+        # a timed job: a round is cut to the candidates measured before the deadline
+        now = [0.0]
+        builder.budget, builder.pace = TrialBudget(10), RoundPace(35.0, clock=lambda: now[0])
+        builder.pace.sending(2)
+        now[0] = 20.0
+        builder.pace.recorded()  # 10 s a candidate; 15 s left hold one
+        mods = [matmul_mod(n, 8, 8) for n in (4, 12, 20)]
+        cut = builder.build([BuilderInput(m, llvm_target) for m in mods[:2]])
+        assert [b.error_msg for b in cut] == [None, OVER_TIME] and builder.budget.left == 9
+        now[0] = 30.0  # 5 s left hold none: the job ends here
+        late = builder.build([BuilderInput(mods[2], llvm_target)])
+        assert [b.error_msg for b in late] == [OVER_TIME]
+        assert builder.budget.closed_by == "time" and builder.stop.is_set()
         runner.shutdown()
     assert not ray.is_initialized()
 

@@ -6,9 +6,11 @@ settings, from nothing:
 
 - ``tunefarm``: ``tuner.job.tune`` on the embedded default (local Ray, a fresh SQLite file), its
   evolutionary search's population sized from the round (``tuner.job.search_population``);
-- ``tunefarm-pop512``: the same with MetaSchedule's fixed population of 512 (TuneFarm before
-  the population was sized); ``tunefarm-pop256``, ``tunefarm-warm-pop256``: the cold and warm
-  jobs with a population of 256 whatever the round (half of what a round of 16 gets);
+- ``tunefarm-popN`` (``-pop512``, ``-pop256``, ``-pop128``, and ``tunefarm-warm-pop256``,
+  ``-pop128``): the same with a fixed population of N whatever the round. A timed run's rounds
+  are stock's (8 candidates for 2 or 4 tasks of 16 trials), where the sized population is
+  256: ``-pop256`` is then the default and ``-pop128`` half of it. Each TuneFarm run records
+  the population and round it searched with (``search`` in the results);
 - ``tunefarm-warm``: the same job into a copy of a team's history database (see below): its
   cost model starts from the history (a base model trained on it, then snapshot) and the
   records of the same kernels at other buckets weigh in;
@@ -105,6 +107,8 @@ VARIANTS = (
     "tunefarm-pop512",
     "tunefarm-pop256",
     "tunefarm-warm-pop256",
+    "tunefarm-pop128",
+    "tunefarm-warm-pop128",
     "stock",
 )
 DEFAULT_VARIANTS = ("tunefarm", "tunefarm-warm", "stock")
@@ -113,6 +117,7 @@ WARM_VARIANTS = (
     "tunefarm-warm-g4",
     "tunefarm-warm-transfer",
     "tunefarm-warm-pop256",
+    "tunefarm-warm-pop128",
 )
 LEVELS = (0.9, 0.95)
 BUDGETS = ("trials", "wall")
@@ -138,6 +143,8 @@ class RunResult:
     # run of the workload after the seeds (:func:`retime`): what the job's own measurements
     # say can differ with the load while it ran
     retimed_sec: float | None = None
+    # how a TuneFarm run searched (tune's summary.search: mode, per_round, population, ...)
+    search: dict[str, Any] | None = None
 
     @property
     def final_sec(self) -> float | None:
@@ -250,6 +257,7 @@ def run_tunefarm(
         model_latency_curve(events, weights),
         dict(summary.phases),
         summary.devices.get("busy"),
+        search={k: v for k, v in summary.search.items() if k != "events"},
     )
     return run, schedules
 

@@ -517,7 +517,13 @@ def tune(
                                 )
                             else:
                                 _search(
-                                    tasks, target, db, builder, runner, recorder, config, budget
+                                    tasks,
+                                    target,
+                                    db,
+                                    (builder, runner, recorder),
+                                    config,
+                                    budget,
+                                    search_info,
                                 )
                     finally:
                         view.stop()
@@ -740,11 +746,10 @@ def _search(
     tasks: list[Task],
     target: tvm.target.Target,
     db: TuneFarmDatabase,
-    builder: RayBuilder,
-    runner: RayRunner,
-    recorder: JobRecorder,
+    workers: tuple[RayBuilder, RayRunner, JobRecorder],
     config: TuneConfig,
     budget: TrialBudget,
+    info: dict[str, Any],
 ) -> None:
     """MetaSchedule's search over ``tasks``; the builder drops candidates past ``budget``.
 
@@ -761,6 +766,9 @@ def _search(
     else:  # each task on its own: the round of the task with the largest share
         most = max((n for _, n in config.task_trials), default=1)
         per_round = trials_per_round(config.round_cap, most, 1)
+    builder, runner, recorder = workers
+    # what a round is: its candidates and the population its evolutionary search evolves
+    info.update(per_round=per_round, population=config.population or search_population(per_round))
     contexts = [
         ms.TuneContext(
             mod=t.mod,

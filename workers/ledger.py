@@ -107,9 +107,6 @@ class RoundPace:
         self.search_sec: float | None = None  # from the last record to the next round's builds
         self.cut = 0  # candidates not built because they would have ended past ``ends_at``
 
-    def left(self) -> float:
-        return self.ends_at - self._clock()
-
     def sending(self, n: int) -> int:
         """The builder is about to build ``n`` new candidates: how many of them (the first
         ones) to build. The rest would be measured after the deadline."""

@@ -33,6 +33,11 @@ def test_tune_records_every_trial(tuned_db) -> None:
     assert set(phases) == {"startup", "build_wait", "run_wait", "database", "probes", "search"}
     assert phases["build_wait"] > 0 and phases["run_wait"] > 0 and phases["startup"] > 0
     assert phases["probes"] > 0  # preparing the untuned default: the driver's, not the search's
+    from tuner.job import search_population
+
+    search = summary.search  # what a round was: its candidates and its search's population
+    assert search["mode"] == "driver" and search["per_round"] >= 1
+    assert search["population"] == search_population(search["per_round"])
     assert sum(phases.values()) == pytest.approx(summary.wall_sec, rel=1e-6)
     devices = summary.devices  # the device measured part of the time it had budget left
     assert devices["slots"] >= 1 and 0 < devices["busy_sec"] < devices["window_sec"]
@@ -156,9 +161,9 @@ def test_time_budget_ends_the_search(sqlite_url, llvm_target, search: str) -> No
 def test_search_population_is_sized_from_the_round() -> None:
     from tuner.job import MAX_POPULATION, MIN_POPULATION, TuneConfig, _strategy, search_population
 
-    assert search_population(1) == search_population(2) == MIN_POPULATION  # 64
-    assert search_population(4) == 128
-    assert search_population(16) == search_population(1000) == MAX_POPULATION  # stock's 512
+    assert search_population(1) == search_population(4) == MIN_POPULATION  # 64
+    assert search_population(8) == 128 and search_population(16) == 256
+    assert search_population(32) == search_population(1000) == MAX_POPULATION  # stock's 512
     assert _strategy(TuneConfig(trials=8), 1).population_size == MIN_POPULATION
     assert _strategy(TuneConfig(trials=8, population=512), 1).population_size == 512
     with pytest.raises(TuneFarmError, match="population must be at least 2"):

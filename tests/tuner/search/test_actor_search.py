@@ -67,7 +67,8 @@ def test_auto_search_on_one_cpu_node_is_the_driver_and_modes_are_checked(
     model = load_model(TINY)
     config = TuneConfig(trials=4, trials_per_iter=4, seed=1, measure=MeasureConfig(repeat=1))
     summary = tune(model.mod, llvm_target, Storage(sqlite_url), config)
-    assert summary.search == {"mode": "driver"} and summary.tasks[0].trials == 4
+    assert summary.search["mode"] == "driver" and summary.tasks[0].trials == 4
+    assert set(summary.search) == {"mode", "per_round", "population"}  # no actors
     assert (
         TuneFarmDatabase(Storage(sqlite_url)).count_records(
             summary_mod(model, llvm_target), llvm_target

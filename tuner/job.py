@@ -96,6 +96,11 @@ class TuneConfig:
             return self.trials_per_iter
         return min(self.trials_per_iter, TIMED_ROUND_CAP)
 
+    def population_for(self, per_round: int) -> int:
+        """The evolutionary search's population for rounds of ``per_round`` candidates:
+        ``population`` when set, else sized from the round (:func:`search_population`)."""
+        return self.population or search_population(per_round)
+
     def __post_init__(self) -> None:
         check_name(self.cost_model)
         if self.time_budget_sec is not None and not (
@@ -232,11 +237,11 @@ class JobRecorder(PyMeasureCallback):
             return trace, args_info
 
         self.record(task_id, as_json, builder_results, runner_results)
+        out_of_time = False
         if self.pace is not None and self.budget is not None and not self.pace.another_round():
-            self.budget.close("time")  # its search would be thrown away at the deadline
-        if (self.stop is not None and self.stop.is_set()) or (
-            self.budget is not None and self.budget.closed_by == "time"
-        ):
+            self.budget.close("time")  # another round's search would be lost at the deadline
+            out_of_time = True
+        if out_of_time or (self.stop is not None and self.stop.is_set()):
             raise Interrupted("the job was stopped")
 
     def record(
@@ -520,7 +525,9 @@ def tune(
                                     tasks,
                                     target,
                                     db,
-                                    (builder, runner, recorder),
+                                    builder,
+                                    runner,
+                                    recorder,
                                     config,
                                     budget,
                                     search_info,
@@ -654,7 +661,7 @@ def _start_actor_search(
         per_round = trials_per_round(config.round_cap, most, 1)
     plan = SearchPlan(
         per_round=per_round,
-        population=config.population or search_population(per_round),
+        population=config.population_for(per_round),
         generations=config.generations or GENERATIONS,
         seed=config.seed,
         overlap_measure=device_kind(target) != "cpu",
@@ -746,7 +753,9 @@ def _search(
     tasks: list[Task],
     target: tvm.target.Target,
     db: TuneFarmDatabase,
-    workers: tuple[RayBuilder, RayRunner, JobRecorder],
+    builder: RayBuilder,
+    runner: RayRunner,
+    recorder: JobRecorder,
     config: TuneConfig,
     budget: TrialBudget,
     info: dict[str, Any],
@@ -766,9 +775,8 @@ def _search(
     else:  # each task on its own: the round of the task with the largest share
         most = max((n for _, n in config.task_trials), default=1)
         per_round = trials_per_round(config.round_cap, most, 1)
-    builder, runner, recorder = workers
     # what a round is: its candidates and the population its evolutionary search evolves
-    info.update(per_round=per_round, population=config.population or search_population(per_round))
+    info.update(per_round=per_round, population=config.population_for(per_round))
     contexts = [
         ms.TuneContext(
             mod=t.mod,
@@ -893,7 +901,7 @@ def search_population(per_round: int) -> int:
 
 def _strategy(config: TuneConfig, per_round: int) -> Any:
     return ms.search_strategy.EvolutionarySearch(
-        population_size=config.population or search_population(per_round),
+        population_size=config.population_for(per_round),
         genetic_num_iters=config.generations or GENERATIONS,
     )
 

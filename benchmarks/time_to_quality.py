@@ -6,10 +6,12 @@ settings, from nothing:
 
 - ``tunefarm``: ``tuner.job.tune`` on the embedded default (local Ray, a fresh SQLite file), its
   evolutionary search's population sized from the round (``tuner.job.search_population``);
-- ``tunefarm-popN`` (``-pop512``, ``-pop256``, ``-pop128``, and ``tunefarm-warm-pop256``,
-  ``-pop128``): the same with a fixed population of N whatever the round. A timed run's rounds
-  are stock's (8 candidates for 2 or 4 tasks of 16 trials), where the sized population is
-  256: ``-pop256`` is then the default and ``-pop128`` half of it. Each TuneFarm run records
+- ``tunefarm-popN`` (``-pop512``, ``-pop256``, ``-pop128``, ``-pop64``, and
+  ``tunefarm-warm-pop256``, ``-pop128``, ``-pop64``): the same with a fixed population of N
+  whatever the round. A timed run's rounds are stock's (8 candidates for 2 or 4 tasks of 16
+  trials), where the sized population is 128 (16 per candidate): ``-pop128`` is then the
+  default and ``-pop64`` half of it (results files before commit 2e9ab2e were made at 32
+  per candidate, where ``-pop256`` was the default). Each TuneFarm run records
   the population and round it searched with (``search`` in the results);
 - ``tunefarm-warm``: the same job into a copy of a team's history database (see below): its
   cost model starts from the history (a base model trained on it, then snapshot) and the
@@ -109,6 +111,8 @@ VARIANTS = (
     "tunefarm-warm-pop256",
     "tunefarm-pop128",
     "tunefarm-warm-pop128",
+    "tunefarm-pop64",
+    "tunefarm-warm-pop64",
     "stock",
 )
 DEFAULT_VARIANTS = ("tunefarm", "tunefarm-warm", "stock")
@@ -118,6 +122,7 @@ WARM_VARIANTS = (
     "tunefarm-warm-transfer",
     "tunefarm-warm-pop256",
     "tunefarm-warm-pop128",
+    "tunefarm-warm-pop64",
 )
 LEVELS = (0.9, 0.95)
 BUDGETS = ("trials", "wall")

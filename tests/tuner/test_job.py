@@ -162,8 +162,9 @@ def test_search_population_is_sized_from_the_round() -> None:
     from tuner.job import MAX_POPULATION, MIN_POPULATION, TuneConfig, _strategy, search_population
 
     assert search_population(1) == search_population(4) == MIN_POPULATION  # 64
-    assert search_population(8) == 128 and search_population(16) == 256
-    assert search_population(32) == search_population(1000) == MAX_POPULATION  # stock's 512
+    assert search_population(8) == 64 and search_population(16) == 128
+    assert search_population(32) == 256
+    assert search_population(64) == search_population(1000) == MAX_POPULATION  # stock's 512
     assert _strategy(TuneConfig(trials=8), 1).population_size == MIN_POPULATION
     assert _strategy(TuneConfig(trials=8, population=512), 1).population_size == 512
     with pytest.raises(TuneFarmError, match="population must be at least 2"):

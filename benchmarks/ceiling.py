@@ -65,6 +65,18 @@ def _task(rows: int = 128) -> Any:
     return tvm.IRModule({"main": normalize(te.create_prim_func([a, b, c]))["main"]})
 
 
+def _target() -> Any:
+    """The host CPU target, its tensor intrinsics imported the way a job imports them
+    (:func:`tuner.fastimport.preload_tensor_intrin`): MetaSchedule's own import parses every
+    CUDA intrinsic too, about two minutes of a core here, which no job pays."""
+    from tuner.fastimport import preload_tensor_intrin
+    from tuner.targets import resolve_target
+
+    target = resolve_target("llvm")
+    preload_tensor_intrin(target)
+    return target
+
+
 def _search_context(mod: Any, target: Any, population: int, seed: int) -> Any:
     """A one-thread TuneContext of ``mod`` with MetaSchedule's evolutionary search."""
     from tvm.s_tir import meta_schedule as ms
@@ -115,9 +127,8 @@ def search_throughput(rounds: list[int], repeats: int) -> list[dict[str, Any]]:
     """Candidates per core-second at each round size (see the module docstring)."""
     from database import Storage
     from tuner.cost_model import create_cost_model
-    from tuner.targets import resolve_target
 
-    mod, target = _task(), resolve_target("llvm")
+    mod, target = _task(), _target()
     walls: dict[int, list[float]] = {r: [] for r in rounds}
     rates: dict[int, list[float]] = {r: [] for r in rounds}
     with tempfile.TemporaryDirectory(prefix="tunefarm-ceiling-") as tmp:
@@ -173,10 +184,9 @@ def _footprint(tasks: int, per_round: int) -> dict[str, Any]:
 
     from database import Storage, TargetKey
     from tuner.cost_model import create_cost_model
-    from tuner.targets import resolve_target
     from workers.build import build_artifact
 
-    mod, target = _task(), resolve_target("llvm")
+    mod, target = _task(), _target()
     target_json = TargetKey.of(target).json  # as the builder sends it
     with tempfile.TemporaryDirectory(prefix="tunefarm-ceiling-") as tmp:
         storage = Storage(f"sqlite:///{tmp}/empty.db")
@@ -207,7 +217,7 @@ def _footprint(tasks: int, per_round: int) -> dict[str, Any]:
             record = TuningRecord(
                 cand.sch.trace, Workload(mod), [1e-3], target, list(cand.args_info)
             )
-            trace, secs, _target, args = record.as_json()  # the row's JSON columns
+            trace, secs, _tgt, args = record.as_json()  # the row's JSON columns
             rows.append(sum(len(_json.dumps(x)) for x in (trace, secs, args)) + len(target_json))
         for ctx in contexts:
             ctx.post_tuning()
@@ -376,7 +386,6 @@ def head_ceiling(url: str, candidates: int, per_round: int, devices: int) -> dic
     from tuner.pipeline import Task
     from tuner.progress import SilentProgress, TaskState
     from tuner.search.task import ModelSpec, TaskSearch, TaskSpec
-    from tuner.targets import resolve_target
     from workers.builder import RayBuilder
     from workers.config import MeasureConfig
     from workers.connection import RayConnection
@@ -384,7 +393,7 @@ def head_ceiling(url: str, candidates: int, per_round: int, devices: int) -> dic
     from workers.runner import RayRunner
     from workers.slots import SlotSpec
 
-    target = resolve_target("llvm")
+    target = _target()
     mod = _task(32)
     search = TaskSearch(
         TaskSpec(0, "head", tvm.ir.save_json(mod), [], 10_000, 1, 16, 0),

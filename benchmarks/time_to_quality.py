@@ -95,8 +95,8 @@ HISTORIES: dict[str, list[tuple[str, dict[str, list[int]]]]] = {
     ],
     "transformer": [("examples/transformer_block_dynamic.py", {"s": [32, 128]})],
 }
-# tunefarm: the default job (--search auto); tunefarm-ray: its search forced into Ray search
-# actors (--search ray); tunefarm-popN: with a population of N; tunefarm-warm(-transfer):
+# tunefarm: the default job (--search auto); tunefarm(-warm)-ray/-thread/-driver: its search
+# forced into Ray search actors, a driver thread or MetaSchedule's loop; tunefarm-popN: with a population of N; tunefarm-warm(-transfer):
 # the default job (with --transfer) into a copy of the workload's history; stock:
 # MetaSchedule's tune_tasks with its XGBModel
 VARIANTS = (
@@ -106,6 +106,10 @@ VARIANTS = (
     "tunefarm-warm-g4",
     "tunefarm-warm-transfer",
     "tunefarm-ray",
+    "tunefarm-thread",
+    "tunefarm-warm-thread",
+    "tunefarm-driver",
+    "tunefarm-warm-driver",
     "tunefarm-pop512",
     "tunefarm-pop256",
     "tunefarm-warm-pop256",
@@ -116,8 +120,12 @@ VARIANTS = (
     "stock",
 )
 DEFAULT_VARIANTS = ("tunefarm", "tunefarm-warm", "stock")
+# a variant's --search, by its suffix
+SEARCH_OF = {"-ray": "ray", "-thread": "thread", "-driver": "driver"}
 WARM_VARIANTS = (
     "tunefarm-warm",
+    "tunefarm-warm-thread",
+    "tunefarm-warm-driver",
     "tunefarm-warm-g4",
     "tunefarm-warm-transfer",
     "tunefarm-warm-pop256",
@@ -747,7 +755,7 @@ def main(argv: list[str] | None = None) -> int:
                             population,
                             tmp,
                             variant,
-                            search="ray" if variant == "tunefarm-ray" else "auto",
+                            search=SEARCH_OF.get(variant.removeprefix("tunefarm-warm").removeprefix("tunefarm"), "auto"),
                             history=history if variant in WARM_VARIANTS else None,
                             transfer=variant == "tunefarm-warm-transfer",
                             generations=4 if variant.endswith("-g4") else None,

@@ -47,7 +47,7 @@ from workers.runner import RayRunner
 log = logging.getLogger("tunefarm.job")
 
 
-SEARCH_MODES = ("auto", "ray", "driver")
+SEARCH_MODES = ("auto", "ray", "thread", "driver")
 # the largest search round of a job with a time budget: the round in flight when the time is
 # up is dropped, so rounds of MetaSchedule's 64 would waste up to 64 candidates' search and
 # builds (and their first result would come that much later)
@@ -81,8 +81,9 @@ class TuneConfig:
     # the cost model (None: tuner.search.task.GENERATIONS, 2; MetaSchedule's default is 4)
     generations: int | None = None
     # where the evolutionary search runs: "ray" (each task's state in a search actor, rounds
-    # pipelined with builds; tuner.search), "driver" (MetaSchedule's own task loop here) or
-    # "auto" (see resolve_search)
+    # pipelined with builds; tuner.search), "thread" (the same pipelined loop, the states in a
+    # thread of the driver), "driver" (MetaSchedule's own task loop, rounds one after the
+    # other) or "auto" (see resolve_search)
     search: str = "auto"
     # wall-clock seconds the job may take, from its start, before its search stops (the
     # round in flight is dropped, the job ends as usual); None: only the trials limit it
@@ -642,7 +643,8 @@ def _start_actor_search(
     (whose copies the actors hold), or None when the job
     searches in the driver: ``search="driver"``, the opt-in cross-bucket seeds (which the
     actors' databases do not hold), or no budget left."""
-    if resolve_search(config.search, target) != "ray" or config.transfer or budget.left <= 0:
+    mode = resolve_search(config.search, target)
+    if mode == "driver" or config.transfer or budget.left <= 0:
         return None
     preload_tensor_intrin(target)
     cost_model, note = create_cost_model(
@@ -666,6 +668,7 @@ def _start_actor_search(
         seed=config.seed,
         overlap_measure=device_kind(target) != "cpu",
         job_id=job_id,
+        host=mode,
     )
     search = ActorSearch(
         tasks, target, db, builder, runner, model_spec(config, cost_model), plan, config.trials
@@ -738,7 +741,7 @@ def _run_actor_search(
     _store_features(cost_model, db, recorder.target)
     stats = search.stats
     return {
-        "mode": "ray",
+        "mode": search.plan.host,
         "actors": stats.actors,
         "nodes": stats.nodes,
         "rounds": stats.rounds,

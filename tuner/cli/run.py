@@ -268,7 +268,12 @@ def print_tune_summary(summary: JobSummary) -> None:
         f"wall time {summary.wall_sec:.1f} s (database {summary.db_sec:.2f} s, {share:.1%})"
     )
     search = summary.search
-    if search.get("mode") == "ray":
+    if search.get("mode") == "thread":
+        console.print(
+            f"search: pipelined in a driver thread, {search['rounds']} rounds, "
+            f"{search['actor_busy_sec']:.1f} s of search, driver waited {search['wait_sec']:.1f} s"
+        )
+    elif search.get("mode") == "ray":
         console.print(
             f"search: {search['actors']} actor(s) on {search['nodes']} node(s), "
             f"{search['rounds']} rounds, {search['actor_busy_sec']:.1f} s of search off the "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import ray
@@ -83,3 +84,45 @@ class SearchActor:
 
 
 RemoteSearchActor = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=1)(SearchActor)
+
+
+class LocalTaskError(RuntimeError):
+    """A search call in a :class:`ThreadSearchActor` raised (the cause is chained)."""
+
+
+class _Method:
+    def __init__(self, host: ThreadSearchActor, name: str) -> None:
+        self.host, self.name = host, name
+
+    def remote(self, *args: Any) -> Future:
+        return self.host.submit(self.name, *args)
+
+
+class ThreadSearchActor:
+    """A :class:`SearchActor` hosted by one thread of the driver's process, called as a Ray
+    actor is (``actor.generate.remote(task)`` returns a future; calls run one at a time, in
+    order). It costs no process and no second TVM import; MetaSchedule's C++ search releases
+    the GIL, so the driver goes on building and measuring while it searches."""
+
+    def __init__(self, target_json: str, model: ModelSpec, threads: int) -> None:
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tunefarm-search")
+        self._init = self.pool.submit(SearchActor, target_json, model, threads)
+
+    def submit(self, name: str, *args: Any) -> Future:
+        def call() -> Any:
+            resolved = [a.result() if isinstance(a, Future) else a for a in args]
+            try:
+                return getattr(self._init.result(), name)(*resolved)
+            except Exception as err:
+                raise LocalTaskError(f"{type(err).__name__}: {err}") from err
+
+        return self.pool.submit(call)
+
+    def __getattr__(self, name: str) -> _Method:
+        if name.startswith("_") or not callable(getattr(SearchActor, name, None)):
+            raise AttributeError(name)
+        return _Method(self, name)
+
+    def stop(self) -> None:
+        """Drop the calls not started and wait for the one running (at most a round)."""
+        self.pool.shutdown(wait=True, cancel_futures=True)

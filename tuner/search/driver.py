@@ -7,7 +7,8 @@ While a round builds, the actors already generate the next ones (their cost mode
 round). On a CPU target, where the search would share cores with the measurement, the
 measurement waits for the rounds in flight; elsewhere (GPU, ARM) the search runs on throughout.
 An actor that dies is replaced and its tasks rebuilt from the database: nothing is lost but the
-round it was generating.
+round it was generating. On one node measuring its own CPU the same loop runs with the states in
+one thread of the driver (``SearchPlan.host="thread"``): no actor process, the same pipelining.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import json
 import logging
 import time
 from collections import deque
+from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future
+from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +31,7 @@ from database import TargetKey, TuneFarmDatabase
 from database.errors import error_summary
 from tuner.errors import TuneFarmError
 from tuner.pipeline import Task
-from tuner.search.actor import RemoteSearchActor
+from tuner.search.actor import LocalTaskError, RemoteSearchActor, ThreadSearchActor
 from tuner.search.scheduler import TaskProgress, next_task
 from tuner.search.task import GENERATIONS, Candidate, ModelSpec, TaskSpec, search_threads
 from workers.builder import RayBuilder
@@ -38,6 +41,32 @@ from workers.runner import RayRunner
 log = logging.getLogger("tunefarm.search")
 
 MAX_RESTARTS = 3  # per actor slot: a task whose actor keeps dying fails the job
+HOSTS = ("ray", "thread")  # where the search states live: Ray actors, or a driver thread
+# a search call that raised, from either host
+TASK_ERRORS = (ray.exceptions.RayTaskError, LocalTaskError)
+
+
+def _get(ref: Any, timeout: float | None = None) -> Any:
+    """The result of a search call, from a Ray actor or a driver thread."""
+    if isinstance(ref, Future):
+        return ref.result(timeout=timeout)
+    return ray.get(ref, timeout=timeout)
+
+
+def _wait(refs: list[Any], num_returns: int, timeout: float | None) -> list[Any]:
+    """``ray.wait`` over search calls of either host: those done, in ``refs``' order."""
+    if refs and isinstance(refs[0], Future):
+        when = FIRST_COMPLETED if num_returns < len(refs) else ALL_COMPLETED
+        done, _ = futures_wait(refs, timeout=timeout, return_when=when)
+        return [r for r in refs if r in done]
+    return ray.wait(refs, num_returns=num_returns, timeout=timeout)[0]
+
+
+def _kill(actor: Any) -> None:
+    if isinstance(actor, ThreadSearchActor):
+        actor.stop()
+    else:
+        ray.kill(actor)
 
 
 def place_actors(n: int) -> list[tuple[str | None, int]]:
@@ -77,8 +106,11 @@ class SearchPlan:
     overlap_measure: bool = False  # keep generating while candidates are measured
     actors: int | None = None  # None: one per task, at most the cluster's CPUs
     job_id: int | None = None  # names the actors (tunefarm-search-<job>-<slot>)
+    host: str = "ray"  # "thread": every state in one thread of the driver (no actor process)
 
     def __post_init__(self) -> None:
+        if self.host not in HOSTS:
+            raise TuneFarmError(f"unknown search host {self.host!r}; valid: {', '.join(HOSTS)}")
         if self.per_round < 1 or self.population < 2 or self.generations < 1:
             raise TuneFarmError(
                 "a search round needs at least 1 candidate, a population of 2 and 1 generation"
@@ -121,11 +153,16 @@ class ActorSearch:
         self.budget = TrialBudget(0)
         self.stats = SearchStats()
         self._target_json = TargetKey.of(target).json
-        self._model_ref = ray.put(model)
-        cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
-        n = plan.actors or min(len(tasks), cpus)
-        self.n_actors = max(1, min(n, len(tasks)))
-        self._places = place_actors(self.n_actors)
+        if plan.host == "thread":  # one thread searching beside the driver, on this node
+            self._model_ref: Any = model
+            self.n_actors = 1
+            self._places = [(None, search_threads())]
+        else:
+            self._model_ref = ray.put(model)
+            cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+            n = plan.actors or min(len(tasks), cpus)
+            self.n_actors = max(1, min(n, len(tasks)))
+            self._places = place_actors(self.n_actors)
         self.home = [i % self.n_actors for i in range(len(tasks))]  # task -> actor slot
         self.actors: list[Any] = [None] * self.n_actors
         self._generation = [0] * self.n_actors
@@ -141,6 +178,11 @@ class ActorSearch:
 
     def _spawn(self, slot: int) -> None:
         node, threads = self._places[slot]
+        if self.plan.host == "thread":
+            self.actors[slot] = ThreadSearchActor(self._target_json, self._model_ref, threads)
+            for task in (i for i, home in enumerate(self.home) if home == slot):
+                self._ready_refs.append(self.actors[slot].add.remote(self._spec(task)))
+            return
         opts = actor_options(node)
         if self.plan.job_id is not None:
             opts["name"] = f"tunefarm-search-{self.plan.job_id}-{slot}-{self._generation[slot]}"
@@ -181,7 +223,7 @@ class ActorSearch:
         self.stats.events.append(note)
         log.warning(note)
         with contextlib.suppress(Exception):  # already gone
-            ray.kill(self.actors[slot])
+            _kill(self.actors[slot])
         self._spawn(slot)
 
     # ------------------------------------------------------------------ loop
@@ -200,8 +242,9 @@ class ActorSearch:
             progress.want = want[i] if want is not None else budget.left
             progress.baseline_sec = baselines[i] if baselines is not None else None
         try:  # every state built (a task the search cannot start is a clear error)
-            ray.get(self._ready_refs)
-        except ray.exceptions.RayTaskError as err:
+            for ref in self._ready_refs:
+                _get(ref)
+        except TASK_ERRORS as err:
             raise TuneFarmError(f"a task's search could not start: {error_summary(err)}") from err
         except ray.exceptions.RayActorError:
             pass  # a dead actor is restarted at its first generate
@@ -247,20 +290,18 @@ class ActorSearch:
         start = time.perf_counter()
         refs = list(gen)
         want = len(refs) if every else 1
-        done, _ = ray.wait(
-            refs, num_returns=want if block else len(refs), timeout=None if block else 0
-        )
+        done = _wait(refs, want if block else len(refs), None if block else 0)
         self.stats.wait_sec += time.perf_counter() - start
         for ref in done:
             task, slot, generation = gen.pop(ref)
             try:
-                cands = ray.get(ref)
+                cands = _get(ref)
             except ray.exceptions.RayActorError as err:
                 queued.discard(task)
                 if generation == self._generation[slot]:
                     self._restart(slot, error_summary(err))
                 continue
-            except ray.exceptions.RayTaskError as err:  # the search itself failed: a bug
+            except TASK_ERRORS as err:  # the search itself failed: a bug
                 raise TuneFarmError(
                     f"search of {self.tasks[task].name} failed: {error_summary(err)}"
                 ) from err
@@ -320,9 +361,9 @@ class ActorSearch:
         nodes = set()
         for actor in self.actors:
             try:
-                stats = ray.get(actor.stats.remote(), timeout=60)
-                features.update(ray.get(actor.features.remote(), timeout=60))
-            except (ray.exceptions.RayError, TimeoutError) as err:
+                stats = _get(actor.stats.remote(), timeout=60)
+                features.update(_get(actor.features.remote(), timeout=60))
+            except (ray.exceptions.RayError, LocalTaskError, TimeoutError) as err:
                 log.info("search actor lost at the end: %s", error_summary(err))
                 continue
             nodes.add(stats["node"])
@@ -334,8 +375,8 @@ class ActorSearch:
     def shutdown(self) -> None:
         for actor in self.actors:
             if actor is not None:
-                ray.kill(actor)
+                _kill(actor)
         self.actors = [None] * self.n_actors
 
 
-__all__ = ["ActorSearch", "SearchPlan", "SearchStats", "actor_options", "place_actors"]
+__all__ = ["HOSTS", "ActorSearch", "SearchPlan", "SearchStats", "actor_options", "place_actors"]

@@ -96,8 +96,9 @@ HISTORIES: dict[str, list[tuple[str, dict[str, list[int]]]]] = {
     "transformer": [("examples/transformer_block_dynamic.py", {"s": [32, 128]})],
 }
 # tunefarm: the default job (--search auto); tunefarm(-warm)-ray/-thread/-driver: its search
-# forced into Ray search actors, a driver thread or MetaSchedule's loop; tunefarm-popN: with a population of N; tunefarm-warm(-transfer):
-# the default job (with --transfer) into a copy of the workload's history; stock:
+# forced into Ray search actors, a driver thread or MetaSchedule's loop; tunefarm-popN: with a
+# population of N; tunefarm-warm(-transfer): the default job (with --transfer) into a copy of
+# the workload's history; stock:
 # MetaSchedule's tune_tasks with its XGBModel
 VARIANTS = (
     "tunefarm",
@@ -122,6 +123,14 @@ VARIANTS = (
 DEFAULT_VARIANTS = ("tunefarm", "tunefarm-warm", "stock")
 # a variant's --search, by its suffix
 SEARCH_OF = {"-ray": "ray", "-thread": "thread", "-driver": "driver"}
+
+
+def search_of(variant: str) -> str:
+    """A TuneFarm variant's ``--search`` mode."""
+    suffix = variant.removeprefix("tunefarm").removeprefix("-warm")
+    return SEARCH_OF.get(suffix, "auto")
+
+
 WARM_VARIANTS = (
     "tunefarm-warm",
     "tunefarm-warm-thread",
@@ -755,7 +764,7 @@ def main(argv: list[str] | None = None) -> int:
                             population,
                             tmp,
                             variant,
-                            search=SEARCH_OF.get(variant.removeprefix("tunefarm-warm").removeprefix("tunefarm"), "auto"),
+                            search=search_of(variant),
                             history=history if variant in WARM_VARIANTS else None,
                             transfer=variant == "tunefarm-warm-transfer",
                             generations=4 if variant.endswith("-g4") else None,

@@ -92,12 +92,13 @@ def _records(db: Path) -> int:
 
 @pytest.mark.slow
 @pytest.mark.ray
-def test_ctrl_c_stops_a_tune_and_keeps_its_records(tmp_path: Path) -> None:
+@pytest.mark.parametrize("search", ["thread", "driver"])
+def test_ctrl_c_stops_a_tune_and_keeps_its_records(tmp_path: Path, search: str) -> None:
     """A terminal's Ctrl-C (SIGINT to the whole process group, Ray's processes included)
-    while MetaSchedule's C++ task loop runs."""
+    while the pipelined search (the default here) or MetaSchedule's C++ task loop runs."""
     db = tmp_path / "t.db"
     exe = Path(sys.executable).parent / "tunefarm"
-    cmd = [str(exe), "tune", str(TINY), "--trials", "48", "--per-iter", "4"]
+    cmd = [str(exe), "tune", str(TINY), "--trials", "48", "--per-iter", "4", "--search", search]
     proc = subprocess.Popen(
         [*cmd, "--db", f"sqlite:///{db}", "--seed", "0"],
         stdout=subprocess.DEVNULL,

@@ -80,7 +80,9 @@ class SearchActor:
 
     def stats(self) -> dict[str, Any]:
         """Where the actor runs and how long it searched."""
-        return {"node": ray.get_runtime_context().get_node_id(), "busy_sec": self.busy_sec}
+        # (never ray.init from here: a thread-hosted actor outside a Ray job has no node)
+        node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+        return {"node": node, "busy_sec": self.busy_sec}
 
 
 RemoteSearchActor = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=1)(SearchActor)

@@ -35,7 +35,7 @@ from tuner.search.actor import LocalTaskError, RemoteSearchActor, ThreadSearchAc
 from tuner.search.scheduler import TaskProgress, next_task
 from tuner.search.task import GENERATIONS, Candidate, ModelSpec, TaskSpec, search_threads
 from workers.builder import RayBuilder
-from workers.ledger import TrialBudget
+from workers.ledger import Interrupted, TrialBudget
 from workers.runner import RayRunner
 
 log = logging.getLogger("tunefarm.search")
@@ -168,11 +168,13 @@ class ActorSearch:
         self._generation = [0] * self.n_actors
         self.progress = [TaskProgress(weight=float(t.weight), want=max_trials) for t in tasks]
         self._ready_refs: list[Any] = []
+        self._told: list[Any] = []  # results sent to the actors, their refits maybe running
 
     # ------------------------------------------------------------------ actors
     def start(self) -> None:
-        """Create the actors and build every task's state (asynchronously: call before the
-        baselines are measured, so the actors start while the workers are busy)."""
+        """Create the actors and build every task's state (asynchronously: where the search
+        has cores of its own, the states build while the job measures its baselines; where
+        it shares the measuring cores, the job waits for them first: :meth:`wait_ready`)."""
         for slot in range(self.n_actors):
             self._spawn(slot)
 
@@ -226,6 +228,18 @@ class ActorSearch:
             _kill(self.actors[slot])
         self._spawn(slot)
 
+    def wait_ready(self) -> None:
+        """Wait until every task's state is built (a task the search cannot start is a clear
+        error). The job calls it before timing anything on cores the search shares."""
+        try:
+            for ref in self._ready_refs:
+                _get(ref)
+        except TASK_ERRORS as err:
+            raise TuneFarmError(f"a task's search could not start: {error_summary(err)}") from err
+        except ray.exceptions.RayActorError:
+            pass  # a dead actor is restarted at its first generate
+        self._ready_refs = []
+
     # ------------------------------------------------------------------ loop
     def run(
         self,
@@ -241,14 +255,7 @@ class ActorSearch:
         for i, progress in enumerate(self.progress):
             progress.want = want[i] if want is not None else budget.left
             progress.baseline_sec = baselines[i] if baselines is not None else None
-        try:  # every state built (a task the search cannot start is a clear error)
-            for ref in self._ready_refs:
-                _get(ref)
-        except TASK_ERRORS as err:
-            raise TuneFarmError(f"a task's search could not start: {error_summary(err)}") from err
-        except ray.exceptions.RayActorError:
-            pass  # a dead actor is restarted at its first generate
-        self._ready_refs = []
+        self.wait_ready()
         gen: dict[Any, tuple[int, int, int]] = {}  # ref -> (task, actor slot, generation)
         ready: deque[tuple[int, list[Candidate]]] = deque()
         queued: set[int] = set()  # tasks with a round generating or ready
@@ -263,6 +270,8 @@ class ActorSearch:
             queued.discard(task)
             self._submit(gen, queued)  # the actors generate while this round builds
             self._measure(task, cands, gen, ready, queued)
+        if self.budget.closed_by == "user":  # Ctrl-C while waiting on the search: unwind
+            raise Interrupted("the job was interrupted")  # as the builder does at its next batch
 
     def _submit(self, gen: dict[Any, tuple[int, int, int]], queued: set[int]) -> None:
         busy = {slot for _, slot, _ in gen.values()}
@@ -328,6 +337,9 @@ class ActorSearch:
         )
         if not self.plan.overlap_measure:  # the search would share the measuring cores
             self._collect(gen, ready, queued, block=True, every=True)
+            if self._told:  # and so would a cost model's refit
+                _wait(self._told, len(self._told), None)
+                self._told = []
         if self.budget.closed_by == "time":
             return
         futures = self.runner.run_json(
@@ -350,9 +362,10 @@ class ActorSearch:
         ]
         slot = self.home[task]
         rows = self.actors[slot].notify.remote(task, told)  # in order with its next calls
+        self._told.append(rows)
         for other, actor in enumerate(self.actors):  # every copy of the model learns from it
             if other != slot:
-                actor.absorb.remote(rows)
+                self._told.append(actor.absorb.remote(rows))
 
     # ------------------------------------------------------------------ end
     def finish(self) -> dict[Any, Any]:

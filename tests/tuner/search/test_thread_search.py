@@ -1,0 +1,98 @@
+"""The pipelined search with its task states in a thread of the driver (``--search thread``)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import tvm
+
+from database import Storage, TargetKey, TuneFarmDatabase
+from tests.conftest import TINY, matmul_mod
+from tuner.errors import TuneFarmError
+from tuner.job import TuneConfig, tune
+from tuner.model import load_model
+from tuner.search.actor import LocalTaskError, ThreadSearchActor
+from tuner.search.driver import SearchPlan
+from tuner.search.task import ModelSpec, TaskSpec
+from workers.config import MeasureConfig
+
+
+def _spec(mod_json: str, task_id: int = 0) -> TaskSpec:
+    return TaskSpec(
+        task_id=task_id,
+        name="mm",
+        mod_json=mod_json,
+        records=[],
+        max_trials=16,
+        per_round=4,
+        population=16,
+        seed=1,
+    )
+
+
+def _search_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("tunefarm-search")]
+
+
+def test_calls_run_in_order_in_one_thread_and_errors_come_back_as_values(llvm_target) -> None:
+    actor = ThreadSearchActor(TargetKey.of(llvm_target).json, ModelSpec("random", seed=0), 1)
+    try:
+        added = actor.add.remote(_spec(tvm.ir.save_json(matmul_mod(16, 16, 16))))
+        first = actor.generate.remote(0)  # queued behind add, as on a Ray actor
+        assert added.result(timeout=120) == 0
+        cands = first.result(timeout=120)
+        assert cands and len(cands) == 4 and len({c.candidate_hash for c in cands}) == 4
+        told = actor.notify.remote(0, [([1e-3], None)] * 4)
+        assert told.result(timeout=120) is None  # a stock model returns no rows to share
+        broken = actor.add.remote(_spec("not a module", task_id=1))
+        with pytest.raises(LocalTaskError) as err:
+            broken.result(timeout=120)
+        assert "\n" not in str(err.value) and err.value.__cause__ is not None
+        stats = actor.stats.remote().result(timeout=60)  # still serving, Ray never started
+        assert stats == {"node": None, "busy_sec": stats["busy_sec"]} and stats["busy_sec"] > 0
+        with pytest.raises(AttributeError):
+            actor.no_such_call  # noqa: B018
+    finally:
+        actor.stop()
+    assert not _search_threads()  # stopped, not left running
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_a_thread_search_job_searches_beside_its_builds_and_stops_its_thread(
+    sqlite_url, llvm_target
+) -> None:
+    model = load_model(TINY)
+    config = TuneConfig(
+        trials=12,
+        trials_per_iter=4,
+        seed=3,
+        search="thread",
+        measure=MeasureConfig(min_repeat_ms=5, repeat=1),
+    )
+    summary = tune(model.mod, llvm_target, Storage(sqlite_url), config)
+    search = summary.search
+    assert search["mode"] == "thread" and search["actors"] == 1 and search["restarts"] == 0
+    assert search["rounds"] == 3 and search["actor_busy_sec"] > 0
+    (task,) = summary.tasks
+    assert task.trials == 12 and summary.trials_measured == 12  # the budget, exactly
+    assert task.best_sec is not None and task.best_sec <= task.baseline_sec
+    db = TuneFarmDatabase(Storage(sqlite_url))
+    assert db.count_records(_task_mod(model, llvm_target), llvm_target) == 12
+    assert not _search_threads()
+
+
+def test_search_hosts_are_checked() -> None:
+    with pytest.raises(TuneFarmError, match="unknown search host 'gpu'; valid: ray, thread"):
+        SearchPlan(per_round=4, population=16, host="gpu")
+    with pytest.raises(
+        TuneFarmError, match="unknown search mode 'gpu'; valid: auto, ray, thread, driver"
+    ):
+        TuneConfig(trials=4, search="gpu")
+
+
+def _task_mod(model, target):
+    from tuner.pipeline import extract_tasks, prepare
+
+    return extract_tasks(prepare(model.mod, target), target)[0].mod

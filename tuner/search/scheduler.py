@@ -28,6 +28,11 @@ class TaskProgress:
         value = best_sec if best_sec is not None else last
         self.best.append(value if value is not None else math.inf)
 
+    def untuned_cost(self) -> float:
+        """The task's weighted latency before any round (infinite when not measured)."""
+        base = self.baseline_sec
+        return self.weight * base if base is not None and math.isfinite(base) else math.inf
+
     def priority(self) -> float:
         """Expected weighted gain of one more round: the task's weighted latency, raised by
         how much its last round gained, lowered by the rounds it already had (each round
@@ -42,12 +47,14 @@ class TaskProgress:
 
 
 def next_task(progress: list[TaskProgress], eligible: set[int]) -> int | None:
-    """The task of ``eligible`` to search next: one that had no round yet first (in order),
-    then the highest :meth:`TaskProgress.priority`; None when none is open."""
+    """The task of ``eligible`` to search next: one that had no round yet first, the largest
+    weighted untuned latency first (a model's latency is its slowest kernels' until they
+    have a round; unknown counts as largest, ties in order), then the highest
+    :meth:`TaskProgress.priority`; None when none is open."""
     open_ids = [i for i in sorted(eligible) if progress[i].open]
     if not open_ids:
         return None
     fresh = [i for i in open_ids if progress[i].rounds == 0]
     if fresh:
-        return fresh[0]
+        return max(fresh, key=lambda i: (progress[i].untuned_cost(), -i))
     return max(open_ids, key=lambda i: (progress[i].priority(), -progress[i].sent))

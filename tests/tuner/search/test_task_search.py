@@ -82,6 +82,19 @@ def test_the_scheduler_gives_every_task_a_round_then_the_most_promising() -> Non
     fresh = TaskProgress(weight=1, want=4)
     fresh.measured(None)  # nothing valid yet
     assert math.isinf(fresh.best[-1]) and math.isinf(fresh.priority())
+    # tasks without a round: the largest weighted untuned latency first, unknown before any
+    untuned = [
+        TaskProgress(weight=1, want=8, baseline_sec=1e-3),
+        TaskProgress(weight=4, want=8, baseline_sec=1e-3),
+        TaskProgress(weight=1, want=8, baseline_sec=2e-3),
+        TaskProgress(weight=1, want=8),
+    ]
+    order = []
+    while (task := next_task(untuned, {0, 1, 2, 3} - set(order))) is not None:
+        order.append(task)
+        if len(order) == 4:
+            break
+    assert order == [3, 1, 2, 0]
 
 
 def test_the_cost_model_travels_as_plain_data() -> None:

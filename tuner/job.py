@@ -102,6 +102,11 @@ class TuneConfig:
         ``population`` when set, else sized from the round (:func:`search_population`)."""
         return self.population or search_population(per_round)
 
+    @property
+    def search_generations(self) -> int:
+        """Generations a round evolves: ``generations``, else :data:`GENERATIONS`."""
+        return self.generations or GENERATIONS
+
     def __post_init__(self) -> None:
         check_name(self.cost_model)
         if self.time_budget_sec is not None and not (
@@ -478,6 +483,8 @@ def tune(
             stops.enter_context(stop_on_sigint(lambda: (spend("user"), stop())))
             probe_sec = _DriverTime(builder, runner, storage)
             try:
+                if search is not None and not search.plan.overlap_measure:
+                    search.wait_ready()  # no state built on the cores that time the defaults
                 with probe_sec:
                     baselines = measure_baselines(
                         tasks, target, builder, runner, db, job_id, budget
@@ -664,7 +671,7 @@ def _start_actor_search(
     plan = SearchPlan(
         per_round=per_round,
         population=config.population_for(per_round),
-        generations=config.generations or GENERATIONS,
+        generations=config.search_generations,
         seed=config.seed,
         overlap_measure=device_kind(target) != "cpu",
         job_id=job_id,
@@ -684,17 +691,17 @@ def device_busy(busy_sec: float, window_sec: float, slots: int) -> dict[str, Any
 
 
 def resolve_search(mode: str, target: tvm.target.Target) -> str:
-    """``ray`` or ``driver`` for a job's ``search`` mode on the connected cluster.
+    """``ray``, ``thread`` or ``driver`` for a job's ``search`` mode on the connected cluster.
 
     ``auto`` is ``ray`` where search actors add capacity: a cluster with more than one node
     offering CPUs, or a device that is not the host CPU (the search then keeps running while
-    candidates are measured). On one node measuring on its own CPU (the embedded default),
-    actors would only share the cores the builds and the measurement use, and each costs a
-    process that imports TVM (about 8 s of a core): there it is ``driver``
-    (docs/architecture.md#search-actors has the measurements)."""
+    candidates are measured). On one node measuring on its own CPU (the embedded default) it
+    is ``thread``: the same pipelined rounds, the search beside the builds in a thread of the
+    driver, where actors would cost a process importing TVM each (about 8 s of a core) for
+    the same cores (docs/architecture.md#search-actors has the measurements)."""
     if mode != "auto":
         return mode
-    return "driver" if shares_host_cpu(target) else "ray"
+    return "thread" if shares_host_cpu(target) else "ray"
 
 
 def shares_host_cpu(target: tvm.target.Target) -> bool:
@@ -742,6 +749,8 @@ def _run_actor_search(
     stats = search.stats
     return {
         "mode": search.plan.host,
+        "per_round": search.plan.per_round,
+        "population": search.plan.population,
         "actors": stats.actors,
         "nodes": stats.nodes,
         "rounds": stats.rounds,
@@ -908,7 +917,7 @@ def search_population(per_round: int) -> int:
 def _strategy(config: TuneConfig, per_round: int) -> Any:
     return ms.search_strategy.EvolutionarySearch(
         population_size=config.population_for(per_round),
-        genetic_num_iters=config.generations or GENERATIONS,
+        genetic_num_iters=config.search_generations,
     )
 
 

@@ -213,8 +213,9 @@ SearchOpt = Annotated[
     typer.Option(
         "--search",
         help="Where the search runs: ray (each task in a search actor, rounds pipelined with "
-        "builds), driver (MetaSchedule's task loop in this process) or auto (ray on a cluster "
-        "of several CPU nodes or for a GPU/ARM device, else driver).",
+        "builds), thread (the same pipelined rounds in a thread of this process), driver "
+        "(MetaSchedule's task loop here, rounds one after the other) or auto (ray on a "
+        "cluster of several CPU nodes or for a GPU/ARM device, else thread).",
     ),
 ]
 TimeBudgetOpt = Annotated[

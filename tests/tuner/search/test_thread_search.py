@@ -9,6 +9,7 @@ import tvm
 
 from database import Storage, TargetKey, TuneFarmDatabase
 from tests.conftest import TINY, matmul_mod
+from tests.tuner.search.test_actor_search import summary_mod
 from tuner.errors import TuneFarmError
 from tuner.job import TuneConfig, tune
 from tuner.model import load_model
@@ -79,7 +80,7 @@ def test_a_thread_search_job_searches_beside_its_builds_and_stops_its_thread(
     assert task.trials == 12 and summary.trials_measured == 12  # the budget, exactly
     assert task.best_sec is not None and task.best_sec <= task.baseline_sec
     db = TuneFarmDatabase(Storage(sqlite_url))
-    assert db.count_records(_task_mod(model, llvm_target), llvm_target) == 12
+    assert db.count_records(summary_mod(model, llvm_target), llvm_target) == 12
     assert not _search_threads()
 
 
@@ -90,9 +91,3 @@ def test_search_hosts_are_checked() -> None:
         TuneFarmError, match="unknown search mode 'gpu'; valid: auto, ray, thread, driver"
     ):
         TuneConfig(trials=4, search="gpu")
-
-
-def _task_mod(model, target):
-    from tuner.pipeline import extract_tasks, prepare
-
-    return extract_tasks(prepare(model.mod, target), target)[0].mod

@@ -1,4 +1,4 @@
-"""The Ray actor that hosts the search states of a few tasks."""
+"""The actor that hosts the search states of a few tasks: on Ray, or in a thread of the driver."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 
 import ray
 
+from database.errors import error_summary
 from tuner.search.task import Candidate, ModelSpec, Rows, TaskSearch, TaskSpec
 
 
@@ -104,7 +105,7 @@ class ThreadSearchActor:
     """A :class:`SearchActor` hosted by one thread of the driver's process, called as a Ray
     actor is (``actor.generate.remote(task)`` returns a future; calls run one at a time, in
     order). It costs no process and no second TVM import; MetaSchedule's C++ search releases
-    the GIL, so the driver goes on building and measuring while it searches."""
+    the GIL, so the driver goes on with the round's builds while it searches."""
 
     def __init__(self, target_json: str, model: ModelSpec, threads: int) -> None:
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tunefarm-search")
@@ -116,7 +117,7 @@ class ThreadSearchActor:
             try:
                 return getattr(self._init.result(), name)(*resolved)
             except Exception as err:
-                raise LocalTaskError(f"{type(err).__name__}: {err}") from err
+                raise LocalTaskError(error_summary(err)) from err
 
         return self.pool.submit(call)
 

@@ -181,16 +181,15 @@ class ActorSearch:
     def _spawn(self, slot: int) -> None:
         node, threads = self._places[slot]
         if self.plan.host == "thread":
-            self.actors[slot] = ThreadSearchActor(self._target_json, self._model_ref, threads)
-            for task in (i for i, home in enumerate(self.home) if home == slot):
-                self._ready_refs.append(self.actors[slot].add.remote(self._spec(task)))
-            return
-        opts = actor_options(node)
-        if self.plan.job_id is not None:
-            opts["name"] = f"tunefarm-search-{self.plan.job_id}-{slot}-{self._generation[slot]}"
-        actor = RemoteSearchActor.options(**opts).remote(
-            self._target_json, self._model_ref, threads
-        )
+            actor: Any = ThreadSearchActor(self._target_json, self._model_ref, threads)
+        else:
+            opts = actor_options(node)
+            if self.plan.job_id is not None:
+                name = f"tunefarm-search-{self.plan.job_id}-{slot}-{self._generation[slot]}"
+                opts["name"] = name
+            actor = RemoteSearchActor.options(**opts).remote(
+                self._target_json, self._model_ref, threads
+            )
         self.actors[slot] = actor
         for task in (i for i, home in enumerate(self.home) if home == slot):
             self._ready_refs.append(actor.add.remote(self._spec(task)))

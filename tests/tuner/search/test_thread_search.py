@@ -3,33 +3,21 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
 import pytest
-import tvm
 
 from database import Storage, TargetKey, TuneFarmDatabase
-from tests.conftest import TINY, matmul_mod
+from tests.conftest import TINY
 from tests.tuner.search.test_actor_search import summary_mod
+from tests.tuner.search.test_task_search import _spec
 from tuner.errors import TuneFarmError
 from tuner.job import TuneConfig, tune
 from tuner.model import load_model
 from tuner.search.actor import LocalTaskError, ThreadSearchActor
 from tuner.search.driver import SearchPlan
-from tuner.search.task import ModelSpec, TaskSpec
+from tuner.search.task import ModelSpec
 from workers.config import MeasureConfig
-
-
-def _spec(mod_json: str, task_id: int = 0) -> TaskSpec:
-    return TaskSpec(
-        task_id=task_id,
-        name="mm",
-        mod_json=mod_json,
-        records=[],
-        max_trials=16,
-        per_round=4,
-        population=16,
-        seed=1,
-    )
 
 
 def _search_threads() -> list[threading.Thread]:
@@ -39,14 +27,14 @@ def _search_threads() -> list[threading.Thread]:
 def test_calls_run_in_order_in_one_thread_and_errors_come_back_as_values(llvm_target) -> None:
     actor = ThreadSearchActor(TargetKey.of(llvm_target).json, ModelSpec("random", seed=0), 1)
     try:
-        added = actor.add.remote(_spec(tvm.ir.save_json(matmul_mod(16, 16, 16))))
+        added = actor.add.remote(_spec())
         first = actor.generate.remote(0)  # queued behind add, as on a Ray actor
         assert added.result(timeout=120) == 0
         cands = first.result(timeout=120)
         assert cands and len(cands) == 4 and len({c.candidate_hash for c in cands}) == 4
         told = actor.notify.remote(0, [([1e-3], None)] * 4)
         assert told.result(timeout=120) is None  # a stock model returns no rows to share
-        broken = actor.add.remote(_spec("not a module", task_id=1))
+        broken = actor.add.remote(replace(_spec(), task_id=1, mod_json="not a module"))
         with pytest.raises(LocalTaskError) as err:
             broken.result(timeout=120)
         assert "\n" not in str(err.value) and err.value.__cause__ is not None

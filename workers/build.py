@@ -1,4 +1,7 @@
-"""Compile one candidate into a shared library, in memory (the artifact is bytes)."""
+"""Compile one candidate into a shared library, in memory (the artifact is bytes).
+
+Runs in a build worker's sandbox child (:mod:`workers.build_task`), which imports it before
+its first call."""
 
 from __future__ import annotations
 
@@ -6,18 +9,14 @@ import json
 import os
 import tempfile
 import time
-from typing import TYPE_CHECKING
 
 import tvm
 
 from database.errors import error_summary
 from workers import fast_math
-from workers.results import BUILDER_CRASHED, BuildResult, ErrorKind
+from workers.results import BuildResult, ErrorKind
 
 fast_math.install()  # builds measure the erf lowering that `tunefarm build` ships
-
-if TYPE_CHECKING:
-    from workers.sandbox import Sandbox
 
 
 def export_options(target: tvm.target.Target) -> dict:
@@ -69,47 +68,3 @@ def build_artifact(mod_json: str, target_json: str) -> tuple[BuildResult, bytes 
             None,
         )
     return BuildResult(build_sec=time.perf_counter() - start, worker=worker), data
-
-
-DEFAULT_BUILD_FN = "workers.build:build_artifact"
-
-
-def sandboxed_build(
-    mod_json: str,
-    target_json: str,
-    timeout_s: float,
-    build_fn: str = DEFAULT_BUILD_FN,
-    sandbox: Sandbox | None = None,
-) -> tuple[BuildResult, bytes | None]:
-    """``build_fn`` in a killable child process (by default this process's shared one): a
-    build that hangs past ``timeout_s``, crashes or returns garbage becomes an error value."""
-    from workers.sandbox import SandboxFailure, shared_sandbox
-
-    start = time.perf_counter()
-    worker = f"{os.uname().nodename}:{os.getpid()}"
-    box = sandbox or shared_sandbox()
-    out = box.call(build_fn, (mod_json, target_json), timeout_s)
-    if isinstance(out, SandboxFailure):
-        kind = ErrorKind.BUILD_TIMEOUT if out.timed_out else ErrorKind.BUILD_ERROR
-        detail = out.detail if out.reason != "crashed" else f"{BUILDER_CRASHED}: {out.detail}"
-        return (
-            BuildResult(
-                error_kind=kind,
-                error_msg=kind.message(detail),
-                build_sec=time.perf_counter() - start,
-                worker=worker,
-                crashed=out.reason == "crashed",
-            ),
-            None,
-        )
-    if (
-        not isinstance(out, tuple)
-        or len(out) != 2
-        or not isinstance(out[0], BuildResult)
-        or not (out[1] is None or isinstance(out[1], bytes))
-        or (out[0].ok and not out[1])
-    ):
-        kind = ErrorKind.BUILD_ERROR
-        msg = kind.message(f"builder returned {type(out).__name__}, not (BuildResult, bytes)")
-        return BuildResult(error_kind=kind, error_msg=msg, worker=worker), None
-    return out

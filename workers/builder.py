@@ -3,7 +3,6 @@ artifact into Ray's object store: nothing travels through a shared filesystem.""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 import math
@@ -16,7 +15,7 @@ import tvm
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
 
-from workers.build import DEFAULT_BUILD_FN, sandboxed_build
+from workers.build_task import DEFAULT_BUILD_FN, build_task, warm_task
 from workers.config import FaultPolicy, MeasureConfig
 from workers.connection import RayConnection
 from workers.ledger import (
@@ -36,14 +35,6 @@ if TYPE_CHECKING:
     from database import TuneFarmDatabase
 
 log = logging.getLogger("tunefarm.workers")
-
-
-@ray.remote(num_returns=2)
-def _build_task(
-    mod_json: str, target_json: str, timeout_s: float, build_fn: str
-) -> tuple[BuildResult, bytes | None]:
-    result, data = sandboxed_build(mod_json, target_json, timeout_s, build_fn)
-    return dataclasses.replace(result, node=ray.get_runtime_context().get_node_id()), data
 
 
 NODE_LABEL = "ray.io/node-id"  # Ray's built-in label of every node
@@ -104,6 +95,30 @@ class RayBuilder(PyBuilder):
         self.stop = threading.Event()  # set on Ctrl-C: the next batch raises Interrupted
         # a timed job's pace: a round is cut to the candidates that fit before its deadline
         self.pace: RoundPace | None = None
+        self._warming: list[Any] = []  # warm_task refs not yet waited for
+
+    def warm_up(self, workers: int) -> None:
+        """Start ``workers`` build workers' sandboxes now (their imports), without waiting.
+
+        A job calls it as Ray comes up, so its first builds find the compiler imported. The
+        first batch built after it returns only once they have all ended: nothing of the
+        warm-up runs beside a measurement that follows it."""
+        self._warming += [warm_task.remote() for _ in range(max(0, workers))]
+
+    def _end_warm_up(self) -> None:
+        if not self._warming:
+            return
+        refs, self._warming = self._warming, []
+        _, late = ray.wait(refs, num_returns=len(refs), timeout=self.policy.startup_timeout_s)
+        for ref in late:
+            ray.cancel(ref, force=True)
+        for ref in set(refs) - set(late):
+            try:
+                why = ray.get(ref)
+            except ray.exceptions.RayError as err:
+                why = str(err)
+            if why:  # not fatal: the build retries the start and reports it as its error
+                self._log.note(f"a build worker's sandbox did not start: {why}", logging.WARNING)
 
     def submit(
         self,
@@ -121,7 +136,7 @@ class RayBuilder(PyBuilder):
         exclude = sorted(set(avoid) | set(self.quarantined))
         if exclude and (_build_nodes() if nodes is None else nodes) - set(exclude):
             opts["label_selector"] = {NODE_LABEL: f"!in({','.join(exclude)})"}
-        task = _build_task.options(**opts)
+        task = build_task.options(**opts)
         return task.remote(mod_json, target_json, self.config.build_timeout_s, self.build_fn)
 
     def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
@@ -187,6 +202,7 @@ class RayBuilder(PyBuilder):
         start = time.perf_counter()
         self._wait(pending)
         self._retry_elsewhere(list(pending.values()), args_of)
+        self._end_warm_up()
         self.wait_sec += time.perf_counter() - start
         results = []
         for key in keys:

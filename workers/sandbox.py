@@ -81,15 +81,24 @@ class Sandbox:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def start(self) -> SandboxFailure | None:
+        """Start the child (its imports) unless it runs; why it could not, or None."""
+        with self._lock:
+            return self._ensure_started()
+
+    def _ensure_started(self) -> SandboxFailure | None:
+        if self.alive():
+            return None
+        self.close()
+        self._start()
+        return self._wait_ready()
+
     def call(self, fn_path: str, args: tuple, timeout: float) -> Any:
         """The function's return value, or a :class:`SandboxFailure`."""
         with self._lock:
-            if not self.alive():
-                self.close()
-                self._start()
-                failure = self._wait_ready()
-                if failure is not None:
-                    return failure
+            failure = self._ensure_started()
+            if failure is not None:
+                return failure
             assert self.conn is not None and self.proc is not None
             try:
                 self.conn.send((fn_path, args))
@@ -172,11 +181,15 @@ class _PipePair:
 _SANDBOX: Sandbox | None = None
 
 
+# what the shared sandbox imports before its first call: the compiler of the builds it runs
+BUILD_PRELOAD = ("workers.build",)
+
+
 def shared_sandbox() -> Sandbox:
-    """The sandbox of this process (one per Ray worker process, reused across tasks)."""
+    """The build sandbox of this process (one per Ray worker process, reused across tasks)."""
     global _SANDBOX
     if _SANDBOX is None:
-        _SANDBOX = Sandbox()
+        _SANDBOX = Sandbox(preload=BUILD_PRELOAD)
     return _SANDBOX
 
 

@@ -20,7 +20,7 @@ from tvm.s_tir.meta_schedule.runner import RunnerInput
 from database import TargetKey
 from tests.conftest import matmul_mod
 from tests.ray_processes import repo_on_pythonpath
-from workers.build import sandboxed_build
+from workers.build_task import sandboxed_build
 from workers.config import FaultPolicy, MeasureConfig
 from workers.results import ErrorKind
 from workers.runner_pool import RunnerPool
@@ -74,6 +74,27 @@ def test_build_sandbox_turns_hang_crash_garbage_into_values(llvm_target) -> None
     finally:
         box.kill()
     assert not box.alive()
+
+
+def test_a_started_sandbox_serves_the_first_build_and_a_build_worker_imports_no_tvm(
+    llvm_target,
+) -> None:
+    import subprocess
+    import sys
+
+    box = Sandbox(preload=("workers.build",))
+    try:
+        assert box.start() is None and box.alive()
+        assert box.start() is None  # already running: nothing started
+        mod_json = tvm.ir.save_json(matmul_mod(8, 8, 8))
+        ok, data = sandboxed_build(mod_json, TargetKey.of(llvm_target).json, 120, sandbox=box)
+        assert ok.ok and data[:4] == b"\x7fELF" and box.started == 1
+    finally:
+        box.kill()
+    # what a Ray build worker loads to run a build task: the compiler stays in the sandbox
+    code = "import sys, workers.build_task; print('tvm' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
 
 
 # ----------------------------------------------------------------- builds on Ray

@@ -59,8 +59,11 @@ def test_ray_builder_and_runner(llvm_target) -> None:
         ledger = Ledger()
         builder = RayBuilder(ledger, FAST)
         runner = RayRunner(ledger, FAST)
+        builder.warm_up(2)  # the workers' imports start now; the first batch waits for them
+        runner.warm_up()
         built = builder.build([BuilderInput(mod, llvm_target), BuilderInput(crash, llvm_target)])
         assert [b.error_msg for b in built] == [None, None]
+        assert not any("did not start" in e for e in builder.events)
         args = ArgInfo.from_prim_func(mod["main"])
         crash_args = ArgInfo.from_prim_func(crash["main"])
         ok = runner.run([RunnerInput(built[0].artifact_path, "cpu", args)])[0].result()

@@ -109,6 +109,11 @@ class RayRunner(PyRunner):
             self._pool = RunnerPool(self.slot_specs, self.config, self.policy)
         return self._pool
 
+    def warm_up(self) -> None:
+        """Start the device actors now (their imports), ahead of the first measurement."""
+        if self.has_devices():
+            self.pool.warm_up()
+
     def run(self, runner_inputs: list[RunnerInput]) -> list[RunnerFuture]:
         return self.run_json(
             [(inp.artifact_path, [arg.as_json() for arg in inp.args_info]) for inp in runner_inputs]

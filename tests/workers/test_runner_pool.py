@@ -250,3 +250,34 @@ def test_shutdown_answers_what_is_still_queued() -> None:
     assert all(r.error_kind == ErrorKind.WORKER_DIED for r in results)
     with pytest.raises(RuntimeError, match="shut down"):
         pool.submit("late", [])
+
+
+def test_warm_up_starts_each_actor_once_ahead_of_its_first_candidate() -> None:
+    transport = InProcessTransport(lambda _slot, artifact: ok(float(artifact)))
+    pool, _ = _pool(transport, ["a", "b"])
+    with pool:
+        pool.warm_up()
+        assert sorted(transport.started) == ["a", "b"]  # before any candidate
+        pool.warm_up()  # a second call starts nothing more
+        results = [pool.submit(str(i + 1), []).result(timeout=10) for i in range(6)]
+    assert [r.run_secs for r in results] == [(float(i + 1),) for i in range(6)]
+    assert sorted(transport.started) == ["a", "b"]  # the warm actors measured them
+
+
+class _DiesWarmingUp(InProcessTransport):
+    """The first actor of each slot dies before it answers its ping."""
+
+    def ping(self, actor: _Actor) -> _Ref:
+        if self.started.count(actor.slot) == 1:
+            return self._ref(actor, _Ref(RunnerDied("died importing TVM")))
+        return super().ping(actor)
+
+
+def test_a_runner_that_died_warming_up_is_started_again_for_its_first_candidate() -> None:
+    transport = _DiesWarmingUp(lambda _slot, _a: ok())
+    pool, _ = _pool(transport, ["a"], in_flight=1)
+    with pool:
+        pool.warm_up()
+        result = pool.submit("1", []).result(timeout=10)
+    assert result.ok
+    assert transport.started == ["a", "a"] and pool.stats()[0]["restarts"] == 1

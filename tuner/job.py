@@ -26,14 +26,14 @@ from tvm.s_tir.meta_schedule.runner import RunnerInput
 from database import Measurement, Storage, TuneFarmDatabase, shash_of
 from database.jobs import start_job, update_job
 from database.models import utcnow
-from tuner.cost_model import check_name, create_cost_model
+from tuner.cost_model import check_name
 from tuner.errors import JobInterrupted, TuneFarmError
-from tuner.fastimport import preload_tensor_intrin
 from tuner.interrupt import deadline, stop_on_sigint, until_time_is_up
 from tuner.pipeline import Task, extract_tasks, prepare
 from tuner.progress import JobProgress, SilentProgress, TaskState
 from tuner.search.driver import ActorSearch, SearchPlan
 from tuner.search.task import GENERATIONS, ModelSpec
+from tuner.startup import SearchPrep
 from tuner.symbolic.buckets import bucket_tasks, choose_buckets, symbolic_vars
 from tuner.symbolic.probes import generic_probes, measure_probes, range_probes
 from tuner.targets import device_kind
@@ -52,6 +52,9 @@ SEARCH_MODES = ("auto", "ray", "thread", "driver")
 # up is dropped, so rounds of MetaSchedule's 64 would waste up to 64 candidates' search and
 # builds (and their first result would come that much later)
 TIMED_ROUND_CAP = 16
+# build workers whose sandboxes a job starts as Ray comes up (one per CPU, at most this many:
+# a round builds at most 16 candidates at once on a cluster that size)
+WARM_BUILDERS = 16
 
 
 @dataclass(frozen=True)
@@ -456,6 +459,20 @@ def tune(
     )
     states = [TaskState(name=t.name, flops=t.flops) for t in tasks]
     ledger = Ledger()
+    # the search's intrinsics and cost model, made while Ray starts (nothing to make without
+    # a budget)
+    prep = (
+        SearchPrep(
+            target,
+            db.storage,
+            [t.mod for t in tasks],
+            config.cost_model,
+            config.seed,
+            config.warm_start,
+        )
+        if config.trials > trials_before
+        else None
+    )
     search_info: dict[str, Any] = {"mode": "driver"}
     builder: RayBuilder | None = None
     budget: TrialBudget | None = None
@@ -474,8 +491,11 @@ def tune(
             )
             if not runner.has_devices():  # before any build: a cuda job on CPU-only TVM
                 raise TuneFarmError(runner.no_device_message())
+            # the workers' imports while the driver readies the search
+            runner.warm_up()
+            builder.warm_up(min(RayConnection.cpus(), WARM_BUILDERS))
             started = _start_actor_search(
-                tasks, target, db, builder, runner, config, budget, job_id
+                tasks, target, db, builder, runner, config, budget, job_id, prep
             )
             search, cost_model = started if started is not None else (None, None)
             # Ctrl-C: no new candidate is built; the builder's next batch raises Interrupted
@@ -529,6 +549,7 @@ def tune(
                                     baselines,
                                 )
                             else:
+                                assert prep is not None  # a budget was left
                                 _search(
                                     tasks,
                                     target,
@@ -539,6 +560,7 @@ def tune(
                                     config,
                                     budget,
                                     search_info,
+                                    prep.cost_model(),
                                 )
                     finally:
                         view.stop()
@@ -562,6 +584,8 @@ def tune(
             waits = {"build_wait": builder.wait_sec, "run_wait": runner.wait_sec}
             devices = device_busy(busy, window, len(runner.slot_specs or []))
     except BaseException as err:
+        if prep is not None:
+            prep.close()
         if budget is not None and budget.closed_by == "user":  # Ctrl-C: whatever unwound the job
             new = recorded() - trials_before
             why = f"interrupted by the user after {new} new trial(s)"
@@ -573,6 +597,8 @@ def tune(
             ) from None
         update_job(db.storage, job_id, status="failed", finished_at=utcnow(), error=str(err)[:2000])
         raise
+    if prep is not None:
+        prep.close()
     summaries = []
     for task, state in zip(tasks, states, strict=True):
         found = db.best(task.mod, target)
@@ -645,24 +671,16 @@ def _start_actor_search(
     config: TuneConfig,
     budget: TrialBudget,
     job_id: int,
+    prep: SearchPrep | None,
 ) -> tuple[ActorSearch, Any] | None:
     """The task-parallel search of ``tasks`` (its actors started) and the job's cost model
-    (whose copies the actors hold), or None when the job
+    (``prep``'s, whose copies the actors hold), or None when the job
     searches in the driver: ``search="driver"``, the opt-in cross-bucket seeds (which the
     actors' databases do not hold), or no budget left."""
     mode = resolve_search(config.search, target)
-    if mode == "driver" or config.transfer or budget.left <= 0:
+    if mode == "driver" or config.transfer or budget.left <= 0 or prep is None:
         return None
-    preload_tensor_intrin(target)
-    cost_model, note = create_cost_model(
-        config.cost_model,
-        storage=db.storage,
-        target=target,
-        mods=[t.mod for t in tasks],
-        seed=config.seed,
-        warm=config.warm_start,
-    )
-    log.info("cost model %s: %s", config.cost_model, note)
+    cost_model = prep.cost_model()
     if config.task_trials is None:
         per_round = trials_per_round(config.round_cap, budget.left, len(tasks))
     else:
@@ -771,14 +789,15 @@ def _search(
     config: TuneConfig,
     budget: TrialBudget,
     info: dict[str, Any],
+    cost_model: Any,
 ) -> None:
-    """MetaSchedule's search over ``tasks``; the builder drops candidates past ``budget``.
+    """MetaSchedule's search over ``tasks`` with the job's ``cost_model``; the builder drops
+    candidates past ``budget``.
 
     MetaSchedule counts a resumed hit (a candidate measured in an earlier job, never built) as
     a trial too, and its evolutionary search re-proposes records from the database, so a
     resumed job may end with slots of its budget left.
     """
-    preload_tensor_intrin(target)
     threads = os.cpu_count() or 1
     seed = config.seed if config.seed is not None else -1
     remaining = budget.left
@@ -802,15 +821,6 @@ def _search(
         ).clone()
         for i, t in enumerate(tasks)
     ]
-    cost_model, note = create_cost_model(
-        config.cost_model,
-        storage=db.storage,
-        target=target,
-        mods=[t.mod for t in tasks],
-        seed=config.seed,
-        warm=config.warm_start,
-    )
-    log.info("cost model %s: %s", config.cost_model, note)
     with until_time_is_up(budget):
         if config.task_trials is not None:
             _search_split(

@@ -47,17 +47,32 @@ def test_short_kernel_repeats_are_sized_once_to_the_minimum() -> None:
     min_sec = 0.02
     secs, calls = _timed(1024, MeasureConfig(number=1, repeat=3, min_repeat_ms=20))
     assert len(secs) == 3 and all(s > 0 for s in secs)
-    # a warm-up and 3 single runs, then a warm-up and 3 repeats of many runs each
-    runs = calls - 5
+    # a warm-up and a single run, a warm-up and 2 more, then a warm-up and 3 repeats of many
+    runs = calls - 6
     assert runs >= 3 * 100
     spent = runs * statistics.mean(secs)  # the repeats' time, counted in the kernel's runs
     assert 0.5 * 3 * min_sec <= spent <= 2.0 * 3 * min_sec
 
 
+def _one_run_ms(n: int) -> float:
+    secs, _ = _timed(n, MeasureConfig(number=1, repeat=1, min_repeat_ms=0))
+    return secs[0] * 1000
+
+
 def test_kernel_slower_than_the_minimum_is_timed_once_per_repeat() -> None:
-    secs, calls = _timed(1 << 22, MeasureConfig(number=1, repeat=3, min_repeat_ms=1))
-    assert len(secs) == 3 and min(secs) > 0.001
-    assert calls == 4  # a warm-up and 3 single runs, as TVM itself would run it
+    n = 1 << 23
+    min_ms = max(1, int(_one_run_ms(n) / 2))  # one run: about 2 minimums, under 4 of them
+    secs, calls = _timed(n, MeasureConfig(number=1, repeat=4, min_repeat_ms=min_ms))
+    assert len(secs) == 4 and min(secs) > min_ms / 1000
+    assert calls == 1 + 1 + 1 + 3  # a warm-up and a run, a warm-up and the 3 other repeats
+
+
+def test_kernel_slower_than_all_the_repeats_together_is_timed_by_one_run() -> None:
+    n = 1 << 23
+    min_ms = max(1, int(_one_run_ms(n) / 8))  # one run: about 8 minimums, over 3 of them
+    secs, calls = _timed(n, MeasureConfig(number=1, repeat=3, min_repeat_ms=min_ms))
+    assert len(secs) == 1 and secs[0] > 3 * min_ms / 1000
+    assert calls == 2  # TVM's warm-up and the one run
 
 
 def test_without_a_minimum_number_and_repeat_are_taken_as_given() -> None:
@@ -69,4 +84,5 @@ def test_without_a_minimum_number_and_repeat_are_taken_as_given() -> None:
 def test_a_larger_configured_number_is_a_floor(number: int) -> None:
     secs, calls = _timed(64, MeasureConfig(number=number, repeat=2, min_repeat_ms=4))
     assert len(secs) == 2
-    assert calls - 4 >= 2 * max(number, 2)  # a warm-up, 2 single runs, a warm-up, 2 repeats
+    # a warm-up and a run, a warm-up and a run, a warm-up and 2 repeats
+    assert calls - 5 >= 2 * max(number, 2)

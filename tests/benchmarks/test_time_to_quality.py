@@ -39,6 +39,11 @@ def test_summary_times_to_levels_of_the_best_any_run_found() -> None:
     assert tf["to_95"]["reached"] == "1/2"  # 10.6 > 10 / 0.95
     assert stock["to_90"]["reached"] == "1/2" and stock["to_90"]["median"] == pytest.approx(7.0)
     assert tf["vs_stock"]["to_90"]["ratio"] == pytest.approx(2.5 / 7.0)
+    # stock's median final latency is 20.2 (10.4 and 30.0): both TuneFarm runs had it at 1 s
+    assert tf["to_stock"]["reached"] == "2/2" and tf["to_stock"]["median"] == pytest.approx(1.0)
+    assert stock["to_stock"]["reached"] == "1/2"  # 30.0 never was: its whole 8 s
+    assert stock["to_stock"]["median"] == pytest.approx(7.0)
+    assert tf["vs_stock"]["to_stock"]["ratio"] == pytest.approx(1.0 / 8.0)
     assert tf["search_share"]["median"] == pytest.approx(0.1)
     assert tf["final_sec"]["median"] == pytest.approx(10.3)
 

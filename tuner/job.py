@@ -494,10 +494,11 @@ def tune(
             # the workers' imports while the driver readies the search
             runner.warm_up()
             builder.warm_up(min(RayConnection.cpus(), WARM_BUILDERS))
-            started = _start_actor_search(
-                tasks, target, db, builder, runner, config, budget, job_id, prep
+            # awaited here, in every search mode: nothing of it runs beside a measurement
+            cost_model = prep.cost_model() if prep is not None else None
+            search = _start_actor_search(
+                tasks, target, db, builder, runner, config, budget, job_id, cost_model
             )
-            search, cost_model = started if started is not None else (None, None)
             # Ctrl-C: no new candidate is built; the builder's next batch raises Interrupted
             stop, spend = builder.stop.set, budget.close
             stops.enter_context(stop_on_sigint(lambda: (spend("user"), stop())))
@@ -549,7 +550,6 @@ def tune(
                                     baselines,
                                 )
                             else:
-                                assert prep is not None  # a budget was left
                                 _search(
                                     tasks,
                                     target,
@@ -560,7 +560,7 @@ def tune(
                                     config,
                                     budget,
                                     search_info,
-                                    prep.cost_model(),
+                                    cost_model,
                                 )
                     finally:
                         view.stop()
@@ -671,16 +671,14 @@ def _start_actor_search(
     config: TuneConfig,
     budget: TrialBudget,
     job_id: int,
-    prep: SearchPrep | None,
-) -> tuple[ActorSearch, Any] | None:
-    """The task-parallel search of ``tasks`` (its actors started) and the job's cost model
-    (``prep``'s, whose copies the actors hold), or None when the job
-    searches in the driver: ``search="driver"``, the opt-in cross-bucket seeds (which the
-    actors' databases do not hold), or no budget left."""
+    cost_model: Any,
+) -> ActorSearch | None:
+    """The task-parallel search of ``tasks`` (its actors started, holding copies of the job's
+    ``cost_model``), or None when the job searches in the driver: ``search="driver"``, the
+    opt-in cross-bucket seeds (which the actors' databases do not hold), or no budget left."""
     mode = resolve_search(config.search, target)
-    if mode == "driver" or config.transfer or budget.left <= 0 or prep is None:
+    if mode == "driver" or config.transfer or budget.left <= 0 or cost_model is None:
         return None
-    cost_model = prep.cost_model()
     if config.task_trials is None:
         per_round = trials_per_round(config.round_cap, budget.left, len(tasks))
     else:
@@ -699,7 +697,7 @@ def _start_actor_search(
         tasks, target, db, builder, runner, model_spec(config, cost_model), plan, config.trials
     )
     search.start()
-    return search, cost_model
+    return search
 
 
 def device_busy(busy_sec: float, window_sec: float, slots: int) -> dict[str, Any]:

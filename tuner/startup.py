@@ -4,7 +4,8 @@ Starting the embedded Ray instance (``ray.init``) takes 5-6 s on a 2-core EPYC, 
 it in Ray's own processes while the driver waits. The search's own start-up needs only the
 driver: TVM's tensor intrinsics (TVMScript parsing, ~1.5 s there) and the job's cost model (a
 warm one loads the team's base model and featurizes the local history). :class:`SearchPrep`
-makes both in a thread begun before the connection; the search takes them when it starts.
+makes both in a thread begun before the connection; the job waits for them before it times
+anything.
 """
 
 from __future__ import annotations

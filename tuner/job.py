@@ -52,8 +52,8 @@ SEARCH_MODES = ("auto", "ray", "thread", "driver")
 # up is dropped, so rounds of MetaSchedule's 64 would waste up to 64 candidates' search and
 # builds (and their first result would come that much later)
 TIMED_ROUND_CAP = 16
-# build workers whose sandboxes a job starts as Ray comes up (one per CPU, at most this many:
-# a round builds at most 16 candidates at once on a cluster that size)
+# build workers whose sandboxes a job starts as Ray comes up: one per CPU, at most this many
+# (a timed job's round cap; on a larger cluster the others start with their first build)
 WARM_BUILDERS = 16
 
 

@@ -491,53 +491,42 @@ def summarize(runs: list[RunResult]) -> dict[str, Any]:
         if busy:
             entry["device_busy"] = _quartiles(busy)
         for level in LEVELS:
-            times = [r.time_to(best / level) for r in mine]
-            reached = [t for t in times if t is not None]
-            entry[f"to_{round(level * 100)}"] = {
-                "reached": f"{len(reached)}/{len(mine)}",
-                # a run that never reached the level counts as its whole wall time (a lower
-                # bound), so the median is not better than what the runs showed
-                **_quartiles(
-                    [t if t is not None else r.wall_sec for t, r in zip(times, mine, strict=True)]
-                ),
-            }
+            entry[f"to_{round(level * 100)}"] = _time_to(mine, best / level)
         out["variants"][variant] = entry
     stock = out["variants"].get("stock")
     if stock:
         # what a user would otherwise get: stock's median final latency, and how soon each
-        # variant's runs had it (a run that never did counts its whole wall time)
+        # variant's runs had it
         target = stock["final_sec"]["median"]
         for name, entry in out["variants"].items():
-            mine = [r for r in runs if r.variant == name]
-            times = [r.time_to(target) for r in mine]
-            entry["to_stock"] = {
-                "reached": f"{sum(t is not None for t in times)}/{len(mine)}",
-                **_quartiles(
-                    [t if t is not None else r.wall_sec for t, r in zip(times, mine, strict=True)]
-                ),
-            }
+            entry["to_stock"] = _time_to([r for r in runs if r.variant == name], target)
         for name, entry in out["variants"].items():
             if name == "stock":
                 continue
-            ratios = {}
-            for key in ("to_90", "to_95", "wall_sec", "final_sec", "retimed_sec"):
-                if key not in entry or key not in stock:
-                    continue
-                a, b = entry[key], stock[key]
-                noisy = any(
-                    (x["q3"] - x["q1"]) > NOISY_SPREAD * x["median"] for x in (a, b) if x["median"]
-                )
-                ratio = a["median"] / b["median"] if b["median"] else None
-                ratios[key] = {"ratio": ratio, "noisy": noisy}
+            ratios = {
+                key: _vs(entry[key], stock[key])
+                for key in ("to_90", "to_95", "wall_sec", "final_sec", "retimed_sec")
+                if key in entry and key in stock
+            }
             # against stock's whole run: the time it took to give that latency
-            a, b = entry["to_stock"], stock["wall_sec"]
-            noisy = any(
-                (x["q3"] - x["q1"]) > NOISY_SPREAD * x["median"] for x in (a, b) if x["median"]
-            )
-            ratio = a["median"] / b["median"] if b["median"] else None
-            ratios["to_stock"] = {"ratio": ratio, "noisy": noisy}
+            ratios["to_stock"] = _vs(entry["to_stock"], stock["wall_sec"])
             entry["vs_stock"] = ratios
     return out
+
+
+def _time_to(runs: list[RunResult], target_sec: float) -> dict[str, Any]:
+    """When ``runs`` had a model latency of at most ``target_sec``: how many did, and the
+    quartiles over all of them. A run that never did counts as its whole wall time (a lower
+    bound), so the median is not better than what the runs showed."""
+    times = [r.time_to(target_sec) for r in runs]
+    counted = [t if t is not None else r.wall_sec for t, r in zip(times, runs, strict=True)]
+    return {"reached": f"{sum(t is not None for t in times)}/{len(runs)}", **_quartiles(counted)}
+
+
+def _vs(a: dict[str, float], b: dict[str, float]) -> dict[str, Any]:
+    """The ratio of two medians, noisy when either side's interquartile range is wide."""
+    noisy = any((x["q3"] - x["q1"]) > NOISY_SPREAD * x["median"] for x in (a, b) if x["median"])
+    return {"ratio": a["median"] / b["median"] if b["median"] else None, "noisy": noisy}
 
 
 def plot(workload: str, runs: list[RunResult], best: float, path: Path) -> None:

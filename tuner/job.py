@@ -584,8 +584,6 @@ def tune(
             waits = {"build_wait": builder.wait_sec, "run_wait": runner.wait_sec}
             devices = device_busy(busy, window, len(runner.slot_specs or []))
     except BaseException as err:
-        if prep is not None:
-            prep.close()
         if budget is not None and budget.closed_by == "user":  # Ctrl-C: whatever unwound the job
             new = recorded() - trials_before
             why = f"interrupted by the user after {new} new trial(s)"
@@ -597,8 +595,9 @@ def tune(
             ) from None
         update_job(db.storage, job_id, status="failed", finished_at=utcnow(), error=str(err)[:2000])
         raise
-    if prep is not None:
-        prep.close()
+    finally:
+        if prep is not None:  # its thread ends with the job, whatever ended the job
+            prep.close()
     summaries = []
     for task, state in zip(tasks, states, strict=True):
         found = db.best(task.mod, target)

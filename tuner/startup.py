@@ -36,21 +36,21 @@ class SearchPrep:
         seed: int | None,
         warm: bool,
     ) -> None:
-        def make() -> tuple[Any, str]:
+        def make() -> Any:
             preload_tensor_intrin(target)
             model, note = create_cost_model(
                 cost_model, storage=storage, target=target, mods=mods, seed=seed, warm=warm
             )
             log.info("cost model %s: %s", cost_model, note)
-            return model, note
+            return model
 
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="tunefarm-prep")
-        self._future: Future[tuple[Any, str]] = self._pool.submit(make)
+        self._future: Future[Any] = self._pool.submit(make)
         self._pool.shutdown(wait=False)  # the thread ends with its one call
 
     def cost_model(self) -> Any:
         """The job's cost model (waits for it; raises what making it raised)."""
-        return self._future.result()[0]
+        return self._future.result()
 
     def close(self) -> None:
         """Wait for the thread to end (a job that fails before its search leaves none behind);

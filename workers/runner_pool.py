@@ -106,7 +106,7 @@ class Slot:
     spec: SlotSpec
     actor: Any = None
     starting: bool = False  # waiting for a fresh actor's first ping
-    warming: Any = None  # the ping of an actor started ahead of its first call (warm_up)
+    warming: Any = None  # a started actor's first ping, until its first call awaits it
     warm_deadline: float = 0.0
     work: list[_Work] = field(default_factory=list)  # the current call's candidates
     ref: Any = None
@@ -201,9 +201,13 @@ class RunnerPool:
         with self._cv:
             for slot in self.slots:
                 if slot.actor is None and slot.healthy and not self._stop:
-                    slot.actor = self.transport.start(slot.spec, self.config)
-                    slot.warming = self.transport.ping(slot.actor)
-                    slot.warm_deadline = time.monotonic() + self.policy.startup_timeout_s
+                    self._start_actor(slot)
+
+    def _start_actor(self, slot: Slot) -> None:
+        """Start the slot's actor and send its first ping (awaited at its first call)."""
+        slot.actor = self.transport.start(slot.spec, self.config)
+        slot.warming = self.transport.ping(slot.actor)
+        slot.warm_deadline = time.monotonic() + self.policy.startup_timeout_s
 
     def stats(self) -> list[dict[str, Any]]:
         """One row per slot: name, state, measured, consecutive failures, restarts."""
@@ -381,13 +385,9 @@ class RunnerPool:
 
     def _dispatch(self, slot: Slot, batch: list[_Work]) -> None:
         slot.work, slot.state = batch, SlotState.BUSY
-        if slot.actor is None:  # start it and wait for its ping before timing anything
-            slot.actor = self.transport.start(slot.spec, self.config)
-            slot.starting = True
-            slot.ref = self.transport.ping(slot.actor)
-            slot.deadline = time.monotonic() + self.policy.startup_timeout_s
-            return
-        if slot.warming is not None:  # started by warm_up: its ping first, as above
+        if slot.actor is None:
+            self._start_actor(slot)
+        if slot.warming is not None:  # a fresh actor (or warm_up's): its ping before any timing
             slot.starting = True
             slot.ref, slot.warming = slot.warming, None
             slot.deadline = slot.warm_deadline

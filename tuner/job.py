@@ -569,6 +569,8 @@ def tune(
                     builder.pace = None
                     if pace is not None:  # candidates that would have ended past the deadline
                         search_info["cut_by_time"] = pace.cut
+                    if builder.cancelled:  # compiles the deadline or a Ctrl-C cut short
+                        search_info["builds_cancelled"] = builder.cancelled
                 window = time.perf_counter() - window_start
                 busy = runner.device_sec  # the search's window only, not the probes after it
                 # what the build's dispatch rule weighs, after the search (nothing in the search

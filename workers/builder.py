@@ -21,6 +21,8 @@ from workers.connection import RayConnection
 from workers.ledger import (
     OVER_BUDGET,
     OVER_TIME,
+    OVER_TIME_BUILDING,
+    STOPPED,
     Entry,
     Interrupted,
     Ledger,
@@ -96,6 +98,7 @@ class RayBuilder(PyBuilder):
         # a timed job's pace: a round is cut to the candidates that fit before its deadline
         self.pace: RoundPace | None = None
         self._warming: list[Any] = []  # warm_task refs not yet waited for
+        self.cancelled = 0  # builds cancelled mid-compile (the job stopped or ran out of time)
 
     def warm_up(self, workers: int) -> None:
         """Start ``workers`` build workers' sandboxes now (their imports), without waiting.
@@ -257,6 +260,13 @@ class RayBuilder(PyBuilder):
         marker = SlotSpec(f"builder@{node[:12]}", node_id=node).mark_quarantined(why)
         self._markers.append(marker)
 
+    def _cut_now(self) -> str | None:
+        """Why builds still compiling are no longer wanted: the job was stopped (Ctrl-C), or
+        its time budget is up (they would be measured after it); None while they are."""
+        if self.pace is not None and self.pace.left() <= 0:
+            return OVER_TIME_BUILDING
+        return STOPPED if self.stop.is_set() else None
+
     def _wait(self, pending: dict[Any, str]) -> None:
         if not pending:
             return
@@ -270,7 +280,15 @@ class RayBuilder(PyBuilder):
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            done, refs = ray.wait(refs, num_returns=len(refs), timeout=min(left, 1.0))
+            why = self._cut_now()
+            if why is not None:
+                self._cut(refs, pending, why)
+                refs = []
+                break
+            poll = min(left, 1.0)
+            if self.pace is not None:  # wake at the job's deadline, not up to a poll later
+                poll = max(0.01, min(poll, self.pace.left()))
+            done, refs = ray.wait(refs, num_returns=len(refs), timeout=poll)
             for ref in done:
                 entry = self.ledger.get(pending[ref])
                 assert entry is not None
@@ -287,6 +305,19 @@ class RayBuilder(PyBuilder):
             entry = self.ledger.get(key)
             if entry is not None and entry.build is not None and not entry.build.ok:
                 entry.artifact = None
+
+    def _cut(self, refs: list[Any], pending: dict[Any, str], why: str) -> None:
+        """Cancel builds still compiling: dropped like candidates past the budget, no node
+        blamed. The cancel interrupts the task, which kills its sandbox's compiler and keeps
+        the worker (the next build starts a new compiler child, not a new worker)."""
+        for ref in refs:
+            ray.cancel(ref)
+            entry = self.ledger.get(pending[ref])
+            assert entry is not None
+            entry.dropped = True
+            entry.build = BuildResult(error_kind=ErrorKind.BUILD_ERROR, error_msg=why)
+        self.cancelled += len(refs)
+        self._log.note(f"cancelled {len(refs)} build(s) still compiling: {why}")
 
 
 def _build_status(ref: Any) -> BuildResult:

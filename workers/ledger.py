@@ -131,6 +131,10 @@ class RoundPace:
             self._sent_at, self._sent = None, 0
             self._recorded_at = now
 
+    def left(self) -> float:
+        """Seconds until ``ends_at`` (negative past it)."""
+        return self.ends_at - self._clock()
+
     def another_round(self) -> bool:
         """Whether the time left holds another round's search and one of its candidates."""
         with self._lock:
@@ -146,6 +150,8 @@ class Interrupted(Exception):
 
 OVER_BUDGET = "not built: the job's trial budget is spent"
 OVER_TIME = "not built: it would be measured after the job's time budget"
+OVER_TIME_BUILDING = "not built: the job's time budget ran out while it compiled"
+STOPPED = "not built: the job was stopped while it compiled"
 
 
 def run_result_of_row(row: Any) -> RunResult:

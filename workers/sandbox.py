@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+POLL_SLICE_S = 0.2  # how late an interrupt of a waiting call is seen
+
 
 @dataclass(frozen=True)
 class SandboxFailure:
@@ -84,7 +86,11 @@ class Sandbox:
     def start(self) -> SandboxFailure | None:
         """Start the child (its imports) unless it runs; why it could not, or None."""
         with self._lock:
-            return self._ensure_started()
+            try:
+                return self._ensure_started()
+            except BaseException:  # interrupted while it started: no half-started child
+                self.kill()
+                raise
 
     def _ensure_started(self) -> SandboxFailure | None:
         if self.alive():
@@ -94,31 +100,53 @@ class Sandbox:
         return self._wait_ready()
 
     def call(self, fn_path: str, args: tuple, timeout: float) -> Any:
-        """The function's return value, or a :class:`SandboxFailure`."""
+        """The function's return value, or a :class:`SandboxFailure`.
+
+        A caller interrupted meanwhile (a cancelled Ray task's ``KeyboardInterrupt``) kills the
+        child before the exception goes on: its answer, or its start-up's, would otherwise
+        be read as the next call's."""
         with self._lock:
-            failure = self._ensure_started()
-            if failure is not None:
-                return failure
-            assert self.conn is not None and self.proc is not None
             try:
-                self.conn.send((fn_path, args))
-                if not self.conn.poll(timeout):
-                    self.kill()
-                    return SandboxFailure("timeout", f"no result within {timeout:.0f} s")
-                status, value = self.conn.recv()
-            except (EOFError, OSError, BrokenPipeError):
-                code = self._reap()
-                self.close()
-                return SandboxFailure("crashed", f"child process died ({_signal_name(code)})")
-            if status == "ok":
-                return value
-            return SandboxFailure("error", str(value))
+                return self._call(fn_path, args, timeout)
+            except BaseException:
+                self.kill()
+                raise
+
+    def _call(self, fn_path: str, args: tuple, timeout: float) -> Any:
+        failure = self._ensure_started()
+        if failure is not None:
+            return failure
+        assert self.conn is not None and self.proc is not None
+        try:
+            self.conn.send((fn_path, args))
+            if not self._poll(timeout):
+                self.kill()
+                return SandboxFailure("timeout", f"no result within {timeout:.0f} s")
+            status, value = self.conn.recv()
+        except (EOFError, OSError, BrokenPipeError):
+            code = self._reap()
+            self.close()
+            return SandboxFailure("crashed", f"child process died ({_signal_name(code)})")
+        if status == "ok":
+            return value
+        return SandboxFailure("error", str(value))
+
+    def _poll(self, timeout: float) -> bool:
+        """Whether the child answered within ``timeout``, waiting in short slices: an
+        exception sent to this thread (Ray's cancel of a running task) is raised between
+        two of them, not after the whole timeout."""
+        assert self.conn is not None
+        ends = time.monotonic() + timeout
+        while not self.conn.poll(max(0.0, min(POLL_SLICE_S, ends - time.monotonic()))):
+            if time.monotonic() >= ends:
+                return False
+        return True
 
     def _wait_ready(self) -> SandboxFailure | None:
         """The child's start-up (imports) does not count against a call's timeout."""
         assert self.conn is not None
         try:
-            if self.conn.poll(self.startup_timeout_s) and self.conn.recv() == ("ready", None):
+            if self._poll(self.startup_timeout_s) and self.conn.recv() == ("ready", None):
                 return None
         except (EOFError, OSError):
             code = self._reap()

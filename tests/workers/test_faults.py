@@ -121,6 +121,52 @@ def test_ray_builder_recovers_from_hanging_build(local_ray, llvm_target) -> None
     assert again[0].error_msg is None
 
 
+@pytest.mark.ray
+@pytest.mark.parametrize("cause", ["deadline", "stop"])
+def test_builds_still_compiling_when_the_job_ends_are_cancelled(
+    local_ray, llvm_target, cause: str
+) -> None:
+    """A time budget is a hard cap: a compile still running at the job's deadline (or when the
+    job is stopped) is cancelled and dropped, not waited for up to its build timeout; nobody
+    is blamed, and the next candidate builds."""
+    import threading
+
+    from tvm import te
+
+    from tuner.pipeline import normalize
+    from workers.builder import RayBuilder
+    from workers.ledger import OVER_TIME_BUILDING, STOPPED, Ledger, RoundPace
+
+    def hang(n: int) -> tvm.IRModule:
+        a = te.placeholder((n,), name="hang_me")
+        return normalize(te.create_prim_func([a, te.compute((n,), lambda i: a[i] * 2.0)]))
+
+    builder = RayBuilder(Ledger(), MeasureConfig(), build_fn=f"{FAULTS}:flaky_build")
+    started = time.perf_counter()
+    if cause == "deadline":
+        builder.pace = RoundPace(started + 3.0)
+    else:
+        threading.Timer(3.0, builder.stop.set).start()
+    # one compile hung on each of the two CPUs
+    results = builder.build([BuilderInput(hang(n), llvm_target) for n in (8, 16)])
+    took = time.perf_counter() - started
+    why = OVER_TIME_BUILDING if cause == "deadline" else STOPPED
+    assert [r.error_msg for r in results] == [why, why]
+    assert 2.9 < took < 10  # not the 120 s build timeout
+    for r in results:
+        entry = builder.ledger.get(r.artifact_path)
+        assert entry.dropped and entry.artifact is None
+    assert builder.cancelled == 2 and not builder.strikes and not builder.quarantined
+    builder.pace = None
+    builder.stop.clear()
+    # the cancelled tasks let their CPUs go at once (not when their compile would have timed
+    # out), and the next candidates build
+    started = time.perf_counter()
+    again = builder.build([BuilderInput(matmul_mod(4, 4, n), llvm_target) for n in (4, 8)])
+    assert [r.error_msg for r in again] == [None, None]
+    assert time.perf_counter() - started < 60
+
+
 # ----------------------------------------------------------------- runners
 def _run_all(pool: RunnerPool, n: int, sleep: float = 0.0) -> list:
     futures = [pool.submit({"sleep": sleep, "id": i}, [], key=f"c{i}") for i in range(n)]

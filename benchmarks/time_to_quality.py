@@ -59,6 +59,9 @@ would have (at most ``tuner.job.TIMED_ROUND_CAP``), so the final latencies compa
 wall time (a TuneFarm job ends a few
 seconds after its budget: it measures the range kernels the build uses).
 
+The results file is rewritten after every seed (summaries without the re-timing, marked
+``partial``), so a run cut off keeps what it measured.
+
 The short form in ``make bench`` is ``--workloads mlp --seeds 3 --trials-per-task 8``.
 """
 
@@ -797,25 +800,23 @@ def main(argv: list[str] | None = None) -> int:
                     )
                     runs.append(run)
                     schedules.append(final)
+                # what the seeds so far measured, not yet re-timed: a run cut off keeps them
+                results["workloads"][workload] = _workload_result(
+                    workload, n_tasks, trials, history, runs, None
+                ) | {"partial": f"{seed + 1} of {args.seeds} seeds, not re-timed"}
+                out_path.write_text(_dumps(results))
             console.print(f"[bold]{workload}[/bold]: re-timing the final schedules side by side")
             runs = [
                 replace(r, retimed_sec=sec)
                 for r, sec in zip(runs, retime(schedules, weights, target), strict=True)
             ]
-            summary = summarize(runs)
             png = out_path.with_name(f"{out_path.stem}-{workload}.png")
-            if summary["best_sec"]:
-                plot(workload, runs, summary["best_sec"], png)
-            results["workloads"][workload] = {
-                "model": rel,
-                "buckets": buckets,
-                "tasks": n_tasks,
-                "trials": trials,
-                "history": HISTORIES[workload] if history is not None else None,
-                "summary": summary,
-                "plot": png.name,
-                "runs": [asdict(r) for r in runs],
-            }
+            results["workloads"][workload] = _workload_result(
+                workload, n_tasks, trials, history, runs, png.name
+            )
+            best = results["workloads"][workload]["summary"]["best_sec"]
+            if best:
+                plot(workload, runs, best, png)
             out_path.write_text(_dumps(results))
     results["load"] = f"{load_before:.2f} -> {os.getloadavg()[0]:.2f}"
     out_path.write_text(_dumps(results))
@@ -823,6 +824,28 @@ def main(argv: list[str] | None = None) -> int:
     write_report(results, out_path, args.report)
     console.print(f"results: {out_path}; report: {args.report}")
     return 0
+
+
+def _workload_result(
+    workload: str,
+    n_tasks: int,
+    trials: int,
+    history: Path | None,
+    runs: list[RunResult],
+    plot_name: str | None,
+) -> dict[str, Any]:
+    """A workload's entry in the results file: its setting, summary and runs."""
+    rel, buckets = WORKLOADS[workload]
+    return {
+        "model": rel,
+        "buckets": buckets,
+        "tasks": n_tasks,
+        "trials": trials,
+        "history": HISTORIES[workload] if history is not None else None,
+        "summary": summarize(runs),
+        "plot": plot_name,
+        "runs": [asdict(r) for r in runs],
+    }
 
 
 def _dumps(obj: Any) -> str:

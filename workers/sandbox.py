@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -85,12 +86,8 @@ class Sandbox:
 
     def start(self) -> SandboxFailure | None:
         """Start the child (its imports) unless it runs; why it could not, or None."""
-        with self._lock:
-            try:
-                return self._ensure_started()
-            except BaseException:  # interrupted while it started: no half-started child
-                self.kill()
-                raise
+        with self._lock, self._killed_if_interrupted():
+            return self._ensure_started()
 
     def _ensure_started(self) -> SandboxFailure | None:
         if self.alive():
@@ -105,12 +102,18 @@ class Sandbox:
         A caller interrupted meanwhile (a cancelled Ray task's ``KeyboardInterrupt``) kills the
         child before the exception goes on: its answer, or its start-up's, would otherwise
         be read as the next call's."""
-        with self._lock:
-            try:
-                return self._call(fn_path, args, timeout)
-            except BaseException:
-                self.kill()
-                raise
+        with self._lock, self._killed_if_interrupted():
+            return self._call(fn_path, args, timeout)
+
+    @contextlib.contextmanager
+    def _killed_if_interrupted(self) -> Iterator[None]:
+        """An exception out of a wait on the child (a cancel's ``KeyboardInterrupt``) kills
+        the child: no half-started child, no late answer left in the pipe."""
+        try:
+            yield
+        except BaseException:
+            self.kill()
+            raise
 
     def _call(self, fn_path: str, args: tuple, timeout: float) -> Any:
         failure = self._ensure_started()

@@ -37,6 +37,7 @@ class RankerParams:
     online_rounds: int = 40
     nthread: int = 1
     seed: int = 0
+    max_bin: int = 64
 
     def __post_init__(self) -> None:
         if not 0 < self.eta <= 1:
@@ -46,6 +47,8 @@ class RankerParams:
                 raise ValueError(f"{name} must be in (0, 1] (got {getattr(self, name)})")
         if self.rounds < 1 or self.online_rounds < 1 or self.max_depth < 1:
             raise ValueError("rounds, online_rounds and max_depth must be positive")
+        if self.max_bin < 2:
+            raise ValueError(f"max_bin must be at least 2 (got {self.max_bin})")
 
     def xgb(self, objective: str) -> dict[str, object]:
         return {
@@ -56,6 +59,7 @@ class RankerParams:
             "subsample": self.subsample,
             "colsample_bytree": self.colsample_bytree,
             "tree_method": "hist",
+            "max_bin": self.max_bin,
             "nthread": self.nthread,
             "seed": self.seed,
             "verbosity": 0,

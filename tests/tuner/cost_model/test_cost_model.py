@@ -24,7 +24,7 @@ from tuner.cost_model.dataset import load_dataset
 from tuner.cost_model.evaluate import compare
 from tuner.cost_model.features import FEATURE_VERSION
 from tuner.cost_model.metrics import evaluate
-from tuner.cost_model.model import TunefarmModel
+from tuner.cost_model.model import CONTINUE_ROUNDS, REFIT_GROWTH, TunefarmModel
 from tuner.cost_model.ranker import FORMAT_VERSION, RankerParams, fit_ranker, from_bytes, to_bytes
 from tuner.cost_model.warm import INCREMENT_ROUNDS, MAX_TREES_RATIO, base_model, score_rows
 from tuner.errors import TuneFarmError
@@ -111,6 +111,42 @@ def test_eval_against_stock_and_random(dataset) -> None:
     # is mostly timing noise (a 70/30 split gave ours 6/24 on one seed and 24/27 on the next).
     # Quality is asserted on measured outcomes by test_warm_job_proposes_better_first_batch and
     # compared with stock XGBModel by the cost-model benchmark on a larger history.
+
+
+def test_online_updates_continue_the_last_fit_until_the_rows_grow(dataset) -> None:
+    """An update adds CONTINUE_ROUNDS trees to the last fit, over every local row; once the
+    valid rows have grown REFIT_GROWTH-fold since the last full fit, it refits from scratch.
+    Copies made from its state continue where it stood."""
+    params = RankerParams(nthread=2, rounds=30)
+    valid = np.flatnonzero(dataset.valid)
+    order = valid[np.argsort(dataset.record_id[valid])]
+    keys = [str(g) for g in dataset.group]
+
+    def add(model: TunefarmModel, rows: np.ndarray) -> None:
+        model.add_local(dataset.x[rows], dataset.secs[rows], [keys[i] for i in rows])
+
+    model = TunefarmModel(params=params, min_samples=16, seed=0)
+    add(model, order[:20])
+    model.refit()
+    assert model.full_fits == 1 and model.ranker.num_boosted_rounds() == 30
+    add(model, order[20:23])  # 23 < 1.25 * 20: continued on all 23 rows
+    model.refit()
+    assert model.full_fits == 1 and model.ranker.num_boosted_rounds() == 30 + CONTINUE_ROUNDS
+    add(model, order[23 : int(np.ceil(REFIT_GROWTH * 20))])  # grown 1.25-fold: a full fit
+    model.refit()
+    assert model.full_fits == 2 and model.ranker.num_boosted_rounds() == 30
+
+    copy = TunefarmModel.from_state(model.state(), seed=1)
+    add(copy, order[25:27])
+    copy.refit()
+    assert copy.full_fits == 0 and copy.ranker.num_boosted_rounds() == 30 + CONTINUE_ROUNDS
+    copy.refit(full=True)
+    assert copy.full_fits == 1 and copy.ranker.num_boosted_rounds() == 30
+    seen = order[:27]
+    fit = evaluate(
+        score_rows(copy.ranker, dataset.x[seen]), dataset.secs[seen], dataset.group[seen]
+    )
+    assert fit["pairwise_accuracy"] > 0.8
 
 
 # ---------------------------------------------------------------------- snapshots

@@ -13,8 +13,10 @@ from tuner.search.task import Candidate, ModelSpec, Rows, TaskSearch, TaskSpec
 
 
 class SearchActor:
-    """Search states of the tasks the driver placed here, each with its own cost model copy
-    (built from the job's model, which travels once through the object store).
+    """Search states of the tasks the driver placed here, sharing one copy of the job's cost
+    model (built from the job's model, which travels once through the object store), as
+    MetaSchedule's own task scheduler shares one model among its tasks: a round measured for
+    any task here updates it once, and the next round of every task here ranks with it.
 
     Reserves no CPU (a search must never keep builds from being scheduled on a small node);
     its threads are sized from its node's cores and the searches sharing them.
@@ -27,16 +29,17 @@ class SearchActor:
 
         self.target = tvm.target.Target(__import__("json").loads(target_json))
         preload_tensor_intrin(self.target)
-        self.model = model
         self.threads = threads
         self.tasks: dict[int, TaskSearch] = {}
         self.busy_sec = 0.0  # time spent searching, for the job's figures
+        start = time.perf_counter()
+        self.model = model.create(threads)  # the tasks' shared cost model
+        self.busy_sec += time.perf_counter() - start
 
     def add(self, spec: TaskSpec) -> int:
         """Build the state of ``spec``'s task here (replacing one of the same id)."""
         start = time.perf_counter()
-        model = self.model.create(self.threads, seed=None if spec.seed < 0 else spec.seed)
-        self.tasks[spec.task_id] = TaskSearch(spec, self.target, model, self.threads)
+        self.tasks[spec.task_id] = TaskSearch(spec, self.target, self.model, self.threads)
         self.busy_sec += time.perf_counter() - start
         return spec.task_id
 
@@ -52,32 +55,25 @@ class SearchActor:
         self, task_id: int, results: list[tuple[list[float] | None, str | None]]
     ) -> Rows | None:
         """Results of ``task_id``'s oldest round not yet notified. The cost-model rows they
-        gave go to the other tasks here and are returned for the other actors (shared
-        learning: every task's copy trains on every task's measurements)."""
+        gave (the shared model here learned them) are returned for the other actors (shared
+        learning: every actor's copy trains on every task's measurements)."""
         start = time.perf_counter()
         try:
-            rows = self.tasks[task_id].notify(results)
-            if rows is not None:
-                for other, search in self.tasks.items():
-                    if other != task_id:
-                        search.absorb(rows)
-            return rows
+            return self.tasks[task_id].notify(results)
         finally:
             self.busy_sec += time.perf_counter() - start
 
     def absorb(self, rows: Rows | None) -> None:
-        """Another actor's task's cost-model rows, for every task here."""
-        if rows is None:
-            return
-        for search in self.tasks.values():
-            search.absorb(rows)
+        """Another actor's task's cost-model rows, into the model here (used at its next
+        refit)."""
+        add = getattr(self.model, "add_local", None)
+        if rows is not None and add is not None:
+            add(*rows)
 
     def features(self) -> dict[Any, Any]:
         """Measured candidates' features of every task here (for the next warm start)."""
-        out: dict[Any, Any] = {}
-        for search in self.tasks.values():
-            out.update(search.measured_features())
-        return out
+        get = getattr(self.model, "measured_features", None)
+        return get() if get is not None else {}
 
     def stats(self) -> dict[str, Any]:
         """Where the actor runs and how long it searched."""

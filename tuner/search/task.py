@@ -2,8 +2,8 @@
 
 The state is MetaSchedule's own: a ``TuneContext`` with its design spaces and evolutionary
 search, a ``MemoryDatabase`` holding the task's best records (seeded by the driver from the
-team database, then every result this search is told of), and a copy of the job's cost model
-that only this task's measurements update. Candidates and results cross process boundaries as
+team database, then every result this search is told of), and the copy of the job's cost model
+its actor's tasks share. Candidates and results cross process boundaries as
 plain data, so a state can be rebuilt anywhere from the database alone.
 """
 
@@ -35,7 +35,7 @@ class Candidate:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """The job's cost model, to be rebuilt in each task's state: by name, plus TuneFarm's
+    """The job's cost model, to be rebuilt in each search actor: by name, plus TuneFarm's
     fitted state (:meth:`tuner.cost_model.model.TunefarmModel.state`)."""
 
     name: str
@@ -43,7 +43,7 @@ class ModelSpec:
     state: dict[str, Any] | None = None
 
     def create(self, threads: int, seed: int | None = None) -> Any:
-        """A fresh copy for one task (``seed``: its own random stream)."""
+        """A fresh copy (``seed``: its own random stream; default the job's)."""
         seed = self.seed if seed is None else seed
         if self.name == "tunefarm":
             from tuner.cost_model.model import TunefarmModel
@@ -148,18 +148,6 @@ class TaskSearch:
         self.ctx.notify_runner_results(cands, runner_results)
         self.model.update(self.ctx, cands, runner_results)
         return getattr(self.model, "last_rows", None)
-
-    def absorb(self, rows: Rows) -> None:
-        """Another task's measured rows into this task's cost model (used at its next
-        refit)."""
-        add = getattr(self.model, "add_local", None)
-        if add is not None:
-            add(*rows)
-
-    def measured_features(self) -> dict[Any, Any]:
-        """The features the cost model copy kept of measured candidates (TuneFarm's model)."""
-        get = getattr(self.model, "measured_features", None)
-        return get() if get is not None else {}
 
 
 def search_threads(cpus: int | None = None, sharers: int = 1) -> int:

@@ -115,7 +115,7 @@ def test_the_cost_model_travels_as_plain_data() -> None:
     np.testing.assert_array_equal(np.stack(copy._x), np.stack(model._x))
 
 
-def test_every_tasks_cost_model_copy_learns_from_the_others(llvm_target) -> None:
+def test_the_tasks_of_an_actor_share_one_cost_model(llvm_target) -> None:
     from tuner.search.actor import SearchActor
     from tuner.search.task import TaskSpec
 
@@ -129,5 +129,11 @@ def test_every_tasks_cost_model_copy_learns_from_the_others(llvm_target) -> None
     round_ = actor.generate(0)
     rows = actor.notify(0, [([1e-3 * (i + 1)], None) for i in range(len(round_))])
     assert rows is not None and len(rows[1]) == len(round_)
-    assert actor.tasks[1].model.n_local == len(round_)  # the sibling task's copy took them
-    assert actor.tasks[0].model.n_local == len(round_)  # once, not twice
+    # one model for both tasks: the sibling ranks with what task 0 measured, learned once
+    assert actor.tasks[1].model is actor.tasks[0].model is actor.model
+    assert actor.model.n_local == len(round_)
+    actor.absorb(rows)  # another actor's rows: into the model once
+    assert actor.model.n_local == 2 * len(round_)
+    assert set(actor.features()) == {
+        (k, c.candidate_hash) for k, c in zip(rows[2], round_, strict=True)
+    }

@@ -142,28 +142,18 @@ class TunefarmModel(PyCostModel):
         group = np.array([index[k] for k in self._keys], dtype=np.int64)
         x = np.stack(self._x)
         weights = {index[k]: self.weights.get(k, SAME_WORKLOAD_WEIGHT) for k in names}
-        if full or self._online is None or n_valid >= REFIT_GROWTH * self._full_fit_rows:
-            online = fit_ranker(
-                x,
-                secs,
-                group,
-                self.params,
-                group_weight=weights,
-                rounds=self.params.online_rounds if self.base is not None else None,
-                base=self.base,
-            )
+        full = full or self._online is None or n_valid >= REFIT_GROWTH * self._full_fit_rows
+        if full:  # a fixed number of rounds on top of the base, or a fit from scratch
+            start = self.base
+            rounds = self.params.online_rounds if start is not None else None
+        else:
+            rounds, start = CONTINUE_ROUNDS, self._online
+        online = fit_ranker(
+            x, secs, group, self.params, group_weight=weights, rounds=rounds, base=start
+        )
+        if full:
             self._full_fit_rows = n_valid
             self.full_fits += 1
-        else:
-            online = fit_ranker(
-                x,
-                secs,
-                group,
-                self.params,
-                group_weight=weights,
-                rounds=CONTINUE_ROUNDS,
-                base=self._online,
-            )
         self._online = online or self._online
         self.ranker = self._online or self.base
         self.validity = fit_validity(x, secs, self.params)

@@ -571,6 +571,9 @@ def tune(
                         search_info["cut_by_time"] = pace.cut
                     if builder.cancelled:  # compiles the deadline or a Ctrl-C cut short
                         search_info["builds_cancelled"] = builder.cancelled
+                    if builder.slow_cut:  # candidates cut as too slow to compile
+                        search_info["builds_too_slow"] = builder.slow_cut
+                    builder.cut_slow = False  # the range probes below are one build a kernel
                 window = time.perf_counter() - window_start
                 busy = runner.device_sec  # the search's window only, not the probes after it
                 # what the build's dispatch rule weighs, after the search (nothing in the search

@@ -6,8 +6,11 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import statistics
 import threading
 import time
+from collections import deque
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import ray
@@ -40,6 +43,16 @@ log = logging.getLogger("tunefarm.workers")
 
 
 NODE_LABEL = "ray.io/node-id"  # Ray's built-in label of every node
+
+# A candidate whose compile runs SLOW_BUILD_FACTOR times this job's median build (of its last
+# SLOW_BUILD_SAMPLE clean builds, once it has SLOW_BUILD_MIN of them), and at least
+# SLOW_BUILD_FLOOR_S, is cut there as a build timeout (its own fault: no retry elsewhere, no
+# blame): a 20 s compile among 0.3 s ones holds a round's other candidates and a core for 60
+# candidates' worth of builds. MeasureConfig.build_timeout_s stays the cap.
+SLOW_BUILD_FACTOR = 20.0
+SLOW_BUILD_FLOOR_S = 10.0
+SLOW_BUILD_MIN = 16
+SLOW_BUILD_SAMPLE = 64
 
 
 def _build_nodes() -> set[str]:
@@ -99,6 +112,21 @@ class RayBuilder(PyBuilder):
         self.pace: RoundPace | None = None
         self._warming: list[Any] = []  # warm_task refs not yet waited for
         self.cancelled = 0  # builds cancelled mid-compile (the job stopped or ran out of time)
+        self._build_secs: deque[float] = deque(maxlen=SLOW_BUILD_SAMPLE)  # recent clean builds
+        self._limit_of: dict[str, float] = {}  # ledger key -> compile limit it was sent with
+        self.slow_cut = 0  # builds cut at the slow-compile limit
+        self.cut_slow = True  # whether compile_limit may cut below build_timeout_s
+
+    def compile_limit(self) -> float:
+        """Seconds a new build may compile: :data:`SLOW_BUILD_FACTOR` x the median of the
+        job's recent clean builds (at least :data:`SLOW_BUILD_FLOOR_S`), at most the
+        configured ``build_timeout_s`` (which applies alone until the job has
+        :data:`SLOW_BUILD_MIN` clean builds, and when ``cut_slow`` is off)."""
+        cap = self.config.build_timeout_s
+        if not self.cut_slow or len(self._build_secs) < SLOW_BUILD_MIN:
+            return cap
+        typical = statistics.median(self._build_secs)
+        return min(cap, max(SLOW_BUILD_FLOOR_S, SLOW_BUILD_FACTOR * typical))
 
     def warm_up(self, workers: int) -> None:
         """Start ``workers`` build workers' sandboxes now (their imports), without waiting.
@@ -129,18 +157,21 @@ class RayBuilder(PyBuilder):
         target_json: str,
         avoid: tuple[str, ...] = (),
         nodes: set[str] | None = None,
+        limit_s: float | None = None,
     ) -> tuple[Any, Any]:
         """One build task, kept off quarantined nodes and ``avoid``: (status ref, artifact ref).
 
         When no other node with CPUs is left, the task goes wherever Ray puts it (a job must
         not wait forever for a node that does not exist). ``nodes``: the build nodes, when the
-        caller already asked Ray for them (once per batch, not once per task)."""
+        caller already asked Ray for them (once per batch, not once per task). ``limit_s``: the
+        seconds it may compile (default: ``build_timeout_s``)."""
         opts: dict[str, Any] = {"max_retries": self.policy.max_attempts - 1}
         exclude = sorted(set(avoid) | set(self.quarantined))
         if exclude and (_build_nodes() if nodes is None else nodes) - set(exclude):
             opts["label_selector"] = {NODE_LABEL: f"!in({','.join(exclude)})"}
         task = build_task.options(**opts)
-        return task.remote(mod_json, target_json, self.config.build_timeout_s, self.build_fn)
+        limit = self.config.build_timeout_s if limit_s is None else limit_s
+        return task.remote(mod_json, target_json, limit, self.build_fn)
 
     def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
         from database import shash_of
@@ -172,6 +203,7 @@ class RayBuilder(PyBuilder):
             else {}
         )
         new = sum(1 for h, _ in candidates if h not in stored)
+        limit = self.compile_limit()
         fit = self.pace.sending(new) if self.pace is not None and new else new
         if new and not fit:  # not even one would be measured in time: the job ends here
             if self.budget is not None:
@@ -198,12 +230,14 @@ class RayBuilder(PyBuilder):
             key = self.ledger.add(entry)
             keys.append(key)
             args = (mod_json, target_json)
-            status_ref, entry.artifact = self.submit(*args, nodes=nodes)
+            self._limit_of[key] = limit
+            status_ref, entry.artifact = self.submit(*args, nodes=nodes, limit_s=limit)
             entry.rebuild = functools.partial(lambda a: self.submit(*a)[1], args)
             pending[status_ref] = key
             args_of[key] = args
         start = time.perf_counter()
         self._wait(pending)
+        self._note_builds(list(pending.values()))
         self._retry_elsewhere(list(pending.values()), args_of)
         self._end_warm_up()
         self.wait_sec += time.perf_counter() - start
@@ -213,6 +247,32 @@ class RayBuilder(PyBuilder):
             assert entry is not None and entry.build is not None
             results.append(BuilderResult(key, entry.build.error_msg))
         return results
+
+    def _note_builds(self, keys: list[str]) -> None:
+        """Learn the job's build times from ``keys``' clean builds; a build cut at a slow-compile
+        limit below the configured timeout becomes the candidate's own error (slow, not hung)."""
+        for key in keys:
+            entry = self.ledger.get(key)
+            limit = self._limit_of.pop(key, self.config.build_timeout_s)
+            build = entry.build if entry is not None else None
+            if build is None:
+                continue
+            if build.ok and build.build_sec:
+                self._build_secs.append(build.build_sec)
+            elif (
+                build.error_kind is ErrorKind.BUILD_TIMEOUT
+                and limit < self.config.build_timeout_s
+                and build.build_sec >= 0.9 * limit  # the sandbox's cut, not a stuck worker
+            ):
+                self.slow_cut += 1
+                entry.build = replace(
+                    build,
+                    error_msg=ErrorKind.BUILD_TIMEOUT.message(
+                        f"compiled for over {limit:.1f} s, {SLOW_BUILD_FACTOR:g}x this job's "
+                        "median build: cut as too slow to compile"
+                    ),
+                    slow=True,
+                )
 
     def _retry_elsewhere(self, keys: list[str], args_of: dict[str, tuple[str, str]]) -> None:
         """Build again, on another node, what crashed or hung; blame and quarantine nodes."""

@@ -60,6 +60,7 @@ class BuildResult:
     worker: str | None = None
     node: str | None = None  # the Ray node that built it (None when unknown)
     crashed: bool = False  # the compiler process died (a segfault, not a compile error)
+    slow: bool = False  # cut at the job's slow-compile limit (workers.builder), not hung
 
     @property
     def ok(self) -> bool:
@@ -68,8 +69,9 @@ class BuildResult:
     @property
     def node_suspect(self) -> bool:
         """A failure that may be the build node's fault, not the candidate's: the compiler
-        crashed or hung (a plain compile error is the candidate's own)."""
-        return self.error_kind is ErrorKind.BUILD_TIMEOUT or self.crashed
+        crashed or hung (a plain compile error, or a compile cut as too slow, is the
+        candidate's own)."""
+        return (self.error_kind is ErrorKind.BUILD_TIMEOUT and not self.slow) or self.crashed
 
 
 @dataclass(frozen=True)

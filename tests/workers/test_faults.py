@@ -167,6 +167,44 @@ def test_builds_still_compiling_when_the_job_ends_are_cancelled(
     assert time.perf_counter() - started < 60
 
 
+@pytest.mark.ray
+def test_a_compile_far_slower_than_the_jobs_builds_is_cut(
+    local_ray, llvm_target, monkeypatch
+) -> None:
+    """Once a job has built enough candidates, one that compiles SLOW_BUILD_FACTOR x their
+    median (at least the floor) is cut there as the candidate's own build timeout: not the
+    configured 120 s, no node blamed; the range probes after a search get the full timeout."""
+    from tvm import te
+
+    import workers.builder as builder_mod
+    from tuner.pipeline import normalize
+    from workers.builder import RayBuilder
+    from workers.ledger import Ledger
+
+    monkeypatch.setattr(builder_mod, "SLOW_BUILD_MIN", 4)
+    monkeypatch.setattr(builder_mod, "SLOW_BUILD_FACTOR", 5.0)
+    monkeypatch.setattr(builder_mod, "SLOW_BUILD_FLOOR_S", 2.0)
+    a = te.placeholder((8,), name="hang_me")
+    slow = normalize(te.create_prim_func([a, te.compute((8,), lambda i: a[i] * 2.0)]))
+    builder = RayBuilder(Ledger(), MeasureConfig(), build_fn=f"{FAULTS}:flaky_build")
+    assert builder.compile_limit() == 120.0  # nothing built yet: the configured timeout
+    first = builder.build([BuilderInput(matmul_mod(4, 4, n), llvm_target) for n in (2, 4, 6, 8)])
+    assert [r.error_msg for r in first] == [None] * 4
+    limit = builder.compile_limit()
+    assert 2.0 <= limit < 120.0
+    started = time.perf_counter()
+    results = builder.build([BuilderInput(m, llvm_target) for m in (slow, matmul_mod(4, 4, 10))])
+    took = time.perf_counter() - started
+    assert ErrorKind.parse(results[0].error_msg) is ErrorKind.BUILD_TIMEOUT
+    assert "too slow to compile" in results[0].error_msg and results[1].error_msg is None
+    assert limit <= took < limit + 30
+    entry = builder.ledger.get(results[0].artifact_path)
+    assert entry.build.slow and not entry.build.node_suspect and entry.artifact is None
+    assert builder.slow_cut == 1 and not any(builder.strikes.values()) and not builder.quarantined
+    builder.cut_slow = False
+    assert builder.compile_limit() == 120.0
+
+
 # ----------------------------------------------------------------- runners
 def _run_all(pool: RunnerPool, n: int, sleep: float = 0.0) -> list:
     futures = [pool.submit({"sleep": sleep, "id": i}, [], key=f"c{i}") for i in range(n)]

@@ -113,7 +113,6 @@ class RayBuilder(PyBuilder):
         self._warming: list[Any] = []  # warm_task refs not yet waited for
         self.cancelled = 0  # builds cancelled mid-compile (the job stopped or ran out of time)
         self._build_secs: deque[float] = deque(maxlen=SLOW_BUILD_SAMPLE)  # recent clean builds
-        self._limit_of: dict[str, float] = {}  # ledger key -> compile limit it was sent with
         self.slow_cut = 0  # builds cut at the slow-compile limit
         self.cut_slow = True  # whether compile_limit may cut below build_timeout_s
 
@@ -230,14 +229,13 @@ class RayBuilder(PyBuilder):
             key = self.ledger.add(entry)
             keys.append(key)
             args = (mod_json, target_json)
-            self._limit_of[key] = limit
             status_ref, entry.artifact = self.submit(*args, nodes=nodes, limit_s=limit)
             entry.rebuild = functools.partial(lambda a: self.submit(*a)[1], args)
             pending[status_ref] = key
             args_of[key] = args
         start = time.perf_counter()
         self._wait(pending)
-        self._note_builds(list(pending.values()))
+        self._note_builds(list(pending.values()), limit)
         self._retry_elsewhere(list(pending.values()), args_of)
         self._end_warm_up()
         self.wait_sec += time.perf_counter() - start
@@ -248,12 +246,12 @@ class RayBuilder(PyBuilder):
             results.append(BuilderResult(key, entry.build.error_msg))
         return results
 
-    def _note_builds(self, keys: list[str]) -> None:
-        """Learn the job's build times from ``keys``' clean builds; a build cut at a slow-compile
-        limit below the configured timeout becomes the candidate's own error (slow, not hung)."""
+    def _note_builds(self, keys: list[str], limit: float) -> None:
+        """Learn the job's build times from ``keys``' clean builds; a build cut at ``limit``
+        (what they were sent with), when below the configured timeout, becomes the candidate's
+        own error (slow, not hung)."""
         for key in keys:
             entry = self.ledger.get(key)
-            limit = self._limit_of.pop(key, self.config.build_timeout_s)
             build = entry.build if entry is not None else None
             if build is None:
                 continue

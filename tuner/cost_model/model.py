@@ -106,8 +106,8 @@ class TunefarmModel(PyCostModel):
         self._online: xgb.Booster | None = None
         self._full_fit_rows = 0
         self.full_fits = 0
-        # the rows the last update added: what copies of this model elsewhere (other tasks'
-        # search actors) take with add_local, so every copy learns from every task
+        # the rows the last update added: what copies of this model elsewhere (other search
+        # actors) take with add_local, so every copy learns from every task
         self.last_rows: tuple[np.ndarray, np.ndarray, list[str]] | None = None
         # features of measured candidates by (workload shash, candidate hash), kept until
         # store_features caches them for the records the job wrote

@@ -42,18 +42,17 @@ class ModelSpec:
     seed: int | None = None
     state: dict[str, Any] | None = None
 
-    def create(self, threads: int, seed: int | None = None) -> Any:
-        """A fresh copy (``seed``: its own random stream; default the job's)."""
-        seed = self.seed if seed is None else seed
+    def create(self, threads: int) -> Any:
+        """A fresh copy, its random stream seeded with the job's seed."""
         if self.name == "tunefarm":
             from tuner.cost_model.model import TunefarmModel
 
             if self.state is None:
-                return TunefarmModel(seed=seed)
-            return TunefarmModel.from_state(self.state, seed=seed)
+                return TunefarmModel(seed=self.seed)
+            return TunefarmModel.from_state(self.state, seed=self.seed)
         if self.name == "xgb":
             return ms.CostModel.create("xgb", num_tuning_cores=threads)
-        return ms.CostModel.create("random", seed=seed)
+        return ms.CostModel.create("random", seed=self.seed)
 
 
 # Generations the evolutionary search evolves its population per round (MetaSchedule's

@@ -180,11 +180,12 @@ def test_the_tune_times_each_kernels_generic_code_and_the_build_weighs_it(
 def test_the_tune_times_each_range_kernel_and_the_build_prices_it_by_that(
     dyn_tuned_db, llvm_target
 ) -> None:
-    """Each bucket's range kernel (its best record transplanted as the build does) is timed
-    by the tune at its bucket and stored under its own hash; the rule prices the range
-    kernel by that time, not by its bucket's static kernel's."""
+    """Each bucket's range kernels (its best record transplanted as the build does, and its
+    fine variant where that pads to a smaller tile) are timed by the tune at the bucket and
+    stored under their own hashes; the rule prices each range kernel by that time, not by its
+    bucket's static kernel's."""
     from tuner.symbolic.dispatch import bucket_workloads
-    from tuner.symbolic.rangekernel import static_key, transplant
+    from tuner.symbolic.rangekernel import range_variants, static_key
 
     db = TuneFarmDatabase(Storage(dyn_tuned_db, create=False))
     prepared = prepare(load_model(MODEL).mod, llvm_target)
@@ -196,23 +197,30 @@ def test_the_tune_times_each_range_kernel_and_the_build_prices_it_by_that(
         norm = normalize(func)["main"]
         if pad_values(norm, "n") is None:
             continue  # a mean over n: no range kernel, generic code only
-        ranged = {bk.value: bk for bk in plans[name.name_hint].buckets if not bk.static}
+        ranged = {bk.name: bk for bk in plans[name.name_hint].buckets if not bk.static}
         for bucket, static_mod, _ in bucket_workloads(db, norm, "n"):
             found = db.best(static_mod, llvm_target)
-            rk = found and transplant(norm, found[0].trace, "n")
-            if rk is None or not any(i.kind.name != "EnterPostproc" for i in found[0].trace.insts):
+            if found is None or not any(
+                i.kind.name != "EnterPostproc" for i in found[0].trace.insts
+            ):
                 continue
-            sec = db.generic_sec(rk.key, bucket, llvm_target)
-            beside = db.generic_sec(static_key(rk.key), bucket, llvm_target)
-            assert sec is not None and 0 < sec < 1, (name.name_hint, bucket)
-            assert beside is not None and 0 < beside < 1, (name.name_hint, bucket)
-            value = bucket["n"]
-            padded = -(-value // rk.tile) * rk.tile
-            degree = plans[name.name_hint].degree
-            # the record's time times the range kernel's over the static one's, timed together
-            expected = found[2] * sec / beside * (value / padded) ** degree
-            assert ranged[value].mean_sec == pytest.approx(expected)
-            timed += 1
+            variants = range_variants(norm, found[0].trace, "n")
+            beside = variants and db.generic_sec(static_key(variants[0].key), bucket, llvm_target)
+            for rk in variants:
+                sec = db.generic_sec(rk.key, bucket, llvm_target)
+                assert sec is not None and 0 < sec < 1, (name.name_hint, bucket, rk.tile)
+                assert beside is not None and 0 < beside < 1, (name.name_hint, bucket)
+                value = bucket["n"]
+                padded = -(-value // rk.tile) * rk.tile
+                degree = plans[name.name_hint].degree
+                fine = "_fine" if rk is not variants[0] else ""
+                bk = ranged[f"{name.name_hint}_n{value}{fine}"]
+                assert bk.tile == rk.tile
+                # the record's time times the range kernel's over the static one's, timed
+                # together
+                expected = found[2] * sec / beside * (value / padded) ** degree
+                assert bk.mean_sec == pytest.approx(expected)
+                timed += 1
     assert timed >= 2
 
 
@@ -245,11 +253,13 @@ def test_correct_for_every_value_and_dispatch_is_observable(dyn_tuned_db, llvm_t
     assert all(r.kernels["mean"] == "generic" for r in results)  # divides by n: never padded
     # above the largest bucket a range kernel still serves (when its time per row beats the
     # generic kernel's): range kernels are valid for every value
-    top = plans["fused_matmul_add_relu"].above
+    kernel = "fused_matmul_add_relu"
+    top = plans[kernel].above
     assert all(
-        r.kernels["fused_matmul_add_relu"] == (f"n{top.value}" if top else "generic")
+        r.kernels[kernel] == (top.name[len(kernel) + 1 :] if top else "generic")
         for r in results[-2:]
     )
+    assert top is None or not top.static
     assert any(ran != "generic" for _, ran in observed)  # bucket kernels do run
     # which variants run depends on this run's measured costs (the rule's choices are
     # unit-tested in test_dispatch_intervals_pick_the_cheapest_padded_kernel); every call
@@ -265,7 +275,8 @@ def test_range_kernels_are_predicate_free_and_reported(dyn_tuned_db, llvm_target
     ranges = [
         (gv.name_hint, f)
         for gv, f in applied.functions.items()
-        if isinstance(f, tvm.tirx.PrimFunc) and gv.name_hint.endswith(("_n4", "_n16"))
+        if isinstance(f, tvm.tirx.PrimFunc)
+        and gv.name_hint.removesuffix("_fine").endswith(("_n4", "_n16"))
     ]
     assert any(name.startswith("fused_matmul_add_relu") for name, _ in ranges)
     for name, func in ranges:
@@ -327,6 +338,45 @@ def test_sum_of_products_over_n_gets_a_correct_range_kernel(llvm_target) -> None
         out = tvm.runtime.tensor(np.zeros((padded, 16), "float32"))
         lib["main"](tvm.runtime.tensor(xp), tvm.runtime.tensor(yp), m, out)
         np.testing.assert_allclose(out.numpy()[:value], x @ y, rtol=1e-5, atol=1e-5)
+
+
+def test_the_fine_range_kernel_keeps_the_register_tile_and_stays_exact(llvm_target) -> None:
+    """A record tiling the rows of ``A[n, n] @ B[n, 16]`` as 2 x 4 x 4 and the reduction as
+    4 x 8 pads to 16 (lcm of 4 * 4 and 8); its fine variant keeps the register tiles (4 and 8)
+    and pads to 8, so n=17 computes 24 rows instead of 32. Both match numpy on and off the
+    tuned size."""
+    import numpy as np
+    from tvm import tirx
+
+    from tuner.symbolic.rangekernel import range_variants
+
+    static = _pv(32)
+    sch = tvm.s_tir.Schedule(static)
+    i, j, k = sch.get_loops(sch.get_sblock("C"))
+    i0, i1, i2 = sch.split(i, sch.sample_perfect_tile(i, n=3, decision=[2, 4, 4]))
+    k0, k1 = sch.split(k, sch.sample_perfect_tile(k, n=2, decision=[4, 8]))
+    sch.reorder(i0, i1, k0, i2, k1, j)
+    sch.vectorize(j)
+    sym = _pv(tirx.Var("n", "int64"))["main"]
+    variants = range_variants(sym, sch.trace, "n")
+    assert [rk.tile for rk in variants] == [16, 8]
+    coarse, fine = variants
+    assert fine.padded(17) == 24 and coarse.padded(17) == 32 and fine.key != coarse.key
+    rng = np.random.default_rng(0)
+    for rk in variants:
+        assert "T.where" not in rk.func.script()
+        lib = tvm.driver.build(tvm.IRModule({"main": rk.func}), target=llvm_target)
+        for value in (1, 5, 16, 17, 40):
+            m, padded = rk.padded(value) // rk.tile, rk.padded(value)
+            x = rng.random((value, value), dtype="float32")
+            y = rng.random((value, 16), dtype="float32")
+            xp = np.zeros((padded, padded), "float32")
+            xp[:value, :value] = x
+            yp = np.zeros((padded, 16), "float32")
+            yp[:value] = y
+            out = tvm.runtime.tensor(np.zeros((padded, 16), "float32"))
+            lib["main"](tvm.runtime.tensor(xp), tvm.runtime.tensor(yp), m, out)
+            np.testing.assert_allclose(out.numpy()[:value], x @ y, rtol=1e-5, atol=1e-5)
 
 
 def test_transplant_grows_the_tile_until_a_fused_constant_split_divides(llvm_target) -> None:

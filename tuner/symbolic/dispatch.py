@@ -52,14 +52,13 @@ from tuner.pipeline import normalize
 from tuner.symbolic.buckets import bind_kernel
 from tuner.symbolic.padding import CopyKernels
 from tuner.symbolic.rangekernel import (
-    RangeKernel,
     coefficient,
     is_default,
     pad_values,
+    range_variants,
     replay,
     static_key,
     symbolic_var,
-    transplant,
     work_degree,
 )
 from tuner.symbolic.walk import dim_vars, param_dims
@@ -346,25 +345,23 @@ def _plan(
             continue  # the default schedule won, and its static kernel is all that was timed
         value = bucket[var.name]
         kname = f"{name}_{var.name}{value}"
-        rk: RangeKernel | None = (
-            None  # the default schedule's range kernel is the generic kernel
-            if default
-            else transplant(norm["main"], record.trace, var.name)
-        )
-        if rk is not None:
+        # the default schedule's range kernel is the generic kernel
+        variants = () if default else range_variants(norm["main"], record.trace, var.name)
+        beside = db.generic_sec(static_key(variants[0].key), bucket, target) if variants else None
+        for rk in variants:
             # its own time where the tune measured it (at the bucket padded to the tile,
             # scaled back), relative to the static kernel timed beside it, whose record's
             # time the static kernels are priced by; else the static kernel's time under the
-            # tile-1 rule
+            # tile-1 rule (a fine variant is offered only with its own time)
+            fine = rk is not variants[0]
             range_sec = db.generic_sec(rk.key, bucket, target)
-            beside = db.generic_sec(static_key(rk.key), bucket, target)
             if range_sec is not None:
                 if beside:
                     range_sec *= mean_sec / beside
                 range_sec *= (value / rk.padded(value)) ** degree
-            if range_sec is not None or offers_range(rk.tile, degree):
+            if range_sec is not None or (not fine and offers_range(rk.tile, degree)):
                 sec = mean_sec if range_sec is None else range_sec
-                bk = BucketKernel(value, rk.tile, kname, level, sec)
+                bk = BucketKernel(value, rk.tile, f"{kname}_fine" if fine else kname, level, sec)
                 plan.kernels.append((bk, _mark(rk.func, name, f"{var.name}={value}", rk.tile)))
         static = replay(record.trace, bound)
         if static is not None:  # the kernel that was measured, for values padded to the bucket

@@ -34,10 +34,10 @@ from tuner.symbolic.rangekernel import (
     args_at,
     is_default,
     pad_values,
+    range_variants,
     replay,
     static_key,
     symbolic_var,
-    transplant,
 )
 from tuner.targets import device_kind
 from workers.builder import RayBuilder
@@ -96,8 +96,9 @@ def range_probes(
     linked: Linked, by_name: dict[str, Task], db: TuneFarmDatabase, target: tvm.target.Target
 ) -> list[Probe]:
     """One probe per bucket's range kernel: the bucket's best record, transplanted as the
-    build does (:func:`tuner.symbolic.dispatch.add_dispatch`), timed at the bucket padded to
-    its tile. Buckets whose best record is the default schedule (its range kernel is the
+    build does (:func:`tuner.symbolic.dispatch.add_dispatch`; its fine variant too, see
+    :func:`~tuner.symbolic.rangekernel.range_variants`), timed at the bucket padded to its
+    tile. Buckets whose best record is the default schedule (its range kernel is the
     generic code), kernels the build gives no range kernel (a reduction over ``v`` that no
     pad leaves unchanged) and records that do not transplant have none."""
     out: dict[tuple[str, str], Probe] = {}
@@ -109,16 +110,19 @@ def range_probes(
         if found is None or is_default(found[0].trace):
             continue
         trace = found[0].trace
-        rk = transplant(func, trace, var.name)
+        variants = range_variants(func, trace, var.name)
         static = replay(trace, task.mod)
-        if rk is None or static is None:
+        if not variants or static is None:
             continue
-        key = (rk.key, json.dumps(bucket, sort_keys=True))
-        args = tuple(rk.args_at(bucket[var.name]))
-        out.setdefault(key, Probe(rk.key, bucket, tvm.IRModule({"main": rk.func}), args, "range"))
-        # and the bucket's static kernel beside it: the rule takes the ratio of the two
+        where = json.dumps(bucket, sort_keys=True)
+        for rk in variants:
+            args = tuple(rk.args_at(bucket[var.name]))
+            what = "range" if rk is variants[0] else "range (fine)"
+            mod = tvm.IRModule({"main": rk.func})
+            out.setdefault((rk.key, where), Probe(rk.key, bucket, mod, args, what))
+        # and the bucket's static kernel beside them: the rule takes the ratio of the two
         static_args = tuple(a.as_json() for a in ArgInfo.from_prim_func(task.mod["main"]))
-        key = (static_key(rk.key), key[1])
+        key = (static_key(variants[0].key), where)
         static_mod = tvm.IRModule({"main": static})
         out.setdefault(key, Probe(key[0], bucket, static_mod, static_args, "static"))
     return list(out.values())

@@ -268,13 +268,19 @@ def pad_kernel(func: tirx.PrimFunc, var_name: str, tile: int) -> tirx.PrimFunc:
     return tirx.PrimFunc([*params[:-1], m, params[-1]], padded.body, attrs=padded.attrs)
 
 
-def _rewrite(trace: tvm.s_tir.Trace, target: Any) -> tuple[tvm.s_tir.Trace, int]:
-    """Drop the SamplePerfectTile ``target`` and split its loop as ``[None, *inner factors]``.
+def _rewrite(
+    trace: tvm.s_tir.Trace, target: Any, fine: bool = False
+) -> tuple[tvm.s_tir.Trace, int]:
+    """Drop the SamplePerfectTile ``target`` and split its loop as ``[None, *inner factors]``
+    (``fine``: ``[None, 1, ..., 1, innermost factor]``, the register tile kept and the cache
+    tiles between it and the outer loop dropped, so that the kernel pads to a smaller tile).
 
     Returns the new trace and the product of the inner factors (the tile)."""
     from tvm.s_tir.schedule import Instruction
 
     decision = [int(d) for d in trace.decisions[target]]
+    if fine and len(decision) > 2:
+        decision = [decision[0], *[1] * (len(decision) - 2), decision[-1]]
     consts: dict[Any, Any] = {target.outputs[0]: None}
     for rv, factor in zip(target.outputs[1:], decision[1:], strict=True):
         consts[rv] = tvm.tirx.IntImm("int32", factor)
@@ -401,10 +407,15 @@ def _first_symbolic_tile(
     return True, None, 1
 
 
-def transplant(func: tirx.PrimFunc, trace: tvm.s_tir.Trace, var_name: str) -> RangeKernel | None:
+def transplant(
+    func: tirx.PrimFunc, trace: tvm.s_tir.Trace, var_name: str, fine: bool = False
+) -> RangeKernel | None:
     """Make a range kernel of symbolic ``func`` from a trace tuned at a static size.
 
-    Returns None when the trace cannot be transplanted onto the kernel.
+    ``fine``: each tiling of a symbolic loop keeps only its innermost (register) factor, so
+    the kernel pads a value to a smaller tile at the price of the dropped cache tiles (see
+    :func:`range_variants`). Returns None when the trace cannot be transplanted onto the
+    kernel.
     """
     tiles: list[int] = []
     base = tvm.IRModule({"main": func})
@@ -418,7 +429,7 @@ def transplant(func: tirx.PrimFunc, trace: tvm.s_tir.Trace, var_name: str) -> Ra
             if not replays:
                 return None  # the trace fails on this kernel for another reason
             break
-        trace, tile = _rewrite(trace, hit)
+        trace, tile = _rewrite(trace, hit, fine)
         tiles.append(tile // math.gcd(tile, coef))
     else:
         return None
@@ -441,3 +452,23 @@ def transplant(func: tirx.PrimFunc, trace: tvm.s_tir.Trace, var_name: str) -> Ra
             return kernel
         first = first or kernel
     return first  # predicated whatever the tile (as the static kernel itself may be)
+
+
+def range_variants(
+    func: tirx.PrimFunc, trace: tvm.s_tir.Trace, var_name: str
+) -> tuple[RangeKernel, ...]:
+    """The range kernels a bucket's record gives: its transplant (:func:`transplant`) and,
+    where it pads to a smaller tile, its *fine* transplant, which keeps only the register
+    tile of each symbolic loop. A value between two buckets pays for the larger bucket's
+    tile: BERT's ``q @ k^T`` tuned at s=128 has a tile of 32 or more, so s=100 computes
+    128 x 128 scores; the fine kernel computes about 100 x 100 at the price of the cache
+    tiles it dropped, and the tune times both (:mod:`tuner.symbolic.probes`) so that the
+    build's rule can weigh one against the other at every value. Empty when the record does
+    not transplant."""
+    coarse = transplant(func, trace, var_name)
+    if coarse is None:
+        return ()
+    fine = transplant(func, trace, var_name, fine=True)
+    if fine is None or fine.tile >= coarse.tile:
+        return (coarse,)
+    return (coarse, fine)

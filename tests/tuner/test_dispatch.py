@@ -379,6 +379,58 @@ def test_the_fine_range_kernel_keeps_the_register_tile_and_stays_exact(llvm_targ
             np.testing.assert_allclose(out.numpy()[:value], x @ y, rtol=1e-5, atol=1e-5)
 
 
+def test_static_instances_run_a_buckets_schedule_at_constant_values_between_buckets(
+    llvm_target,
+) -> None:
+    """A record tuned at n=32 (rows tiled 2 x 4 x 4: tile 16) gives a static instance at the
+    grid points below 32 that its tile divides (16 of 8, 16, 24): constant shapes, the tuned
+    inner tiles, exact against numpy. A softmax whose schedule vectorizes across n has no
+    range kernel (a symbolic vectorized loop) but gets instances at every point."""
+    import numpy as np
+    from tvm import tirx
+
+    from tuner.symbolic.buckets import bind_kernel
+    from tuner.symbolic.rangekernel import instance_points, instances, transplant
+    from tuner.symbolic.walk import vars_of
+
+    assert instance_points(0, 32) == [8, 16, 24]
+    assert instance_points(64, 128) == [80, 96, 112] and instance_points(16, 64) == [32, 48]
+    sch = tvm.s_tir.Schedule(_pv(32))
+    i, _, _ = sch.get_loops(sch.get_sblock("C"))
+    sch.split(i, sch.sample_perfect_tile(i, n=3, decision=[2, 4, 4]))
+    sym = _pv(tirx.Var("n", "int64"))["main"]
+
+    def bind(value: int) -> tvm.IRModule | None:
+        return bind_kernel(sym, {"n": value})
+
+    found = instances(sym, sch.trace, "n", instance_points(0, 32), bind)
+    assert [at for at, _ in found] == [16]
+    func = found[0][1]
+    assert not vars_of(func.params) and "T.where" not in func.script()
+    lib = tvm.driver.build(tvm.IRModule({"main": func}), target=llvm_target)
+    rng = np.random.default_rng(0)
+    x = rng.random((16, 16), dtype="float32")
+    y = rng.random((16, 16), dtype="float32")
+    out = tvm.runtime.tensor(np.zeros((16, 16), "float32"))
+    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(y), out)
+    np.testing.assert_allclose(out.numpy(), x @ y, rtol=1e-5, atol=1e-5)
+
+    soft = tvm.s_tir.Schedule(_softmax(32))
+    for name in ("E", "Y"):
+        _, jj = soft.get_loops(soft.get_sblock(name))
+        soft.vectorize(jj)  # across n: no range kernel
+    sym = _softmax(tirx.Var("n", "int64"))["main"]
+    assert transplant(sym, soft.trace, "n") is None
+    found = instances(sym, soft.trace, "n", [8, 24], lambda v: bind_kernel(sym, {"n": v}))
+    assert [at for at, _ in found] == [8, 24]
+    lib = tvm.driver.build(tvm.IRModule({"main": found[1][1]}), target=llvm_target)
+    x = rng.standard_normal((24, 24)).astype("float32")
+    out = tvm.runtime.tensor(np.zeros((24, 24), "float32"))
+    lib["main"](tvm.runtime.tensor(x), out)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(out.numpy(), e / e.sum(axis=1, keepdims=True), rtol=1e-5)
+
+
 def test_transplant_grows_the_tile_until_a_fused_constant_split_divides(llvm_target) -> None:
     """A tuned split of 64 on a loop fused across the symbolic axis (as the postprocessors'
     parallel/vectorize splits make) divides ``m * tile * 8`` only for tiles that are multiples
@@ -590,14 +642,15 @@ def test_softmax_bucket_kernel_is_dispatched_with_inf_padding(tmp_path, llvm_tar
     results = bench(model, llvm_target, db, [{"n": v} for v in values], repeat=1, min_repeat_ms=1)
     for value, res in zip(values, results, strict=True):
         assert res.agree, (value, res.max_abs_err)
-        # up to 8: the range kernel (one tile of 8); 9..15: the static kernel tuned at 16 (the
-        # same estimated time, and constant shapes), padded to 16; 16: the same unpadded
-        # (exact); above: the range kernel
+        # up to 8: the static instance at 8 (the schedule's tile; the range kernel's one tile
+        # of work, with constant shapes); 9..15: the static kernel tuned at 16 (the same
+        # estimated time, and constant shapes), padded to 16; 16: the same unpadded (exact);
+        # above: the range kernel
         expected = {16: "n16_exact"}.get(value, "n16_static" if 8 < value < 16 else "n16")
+        expected = "n16_at8" if value <= 8 else expected
         assert res.kernels == {"softmax": expected}, (value, res.kernels)
     # one branch per model call: main picks a region of n (..8, 9..15, 16, 17..), each region
-    # a copy of the model with its kernel calls inline, no per-call dispatch function; regions
-    # running the same kernels (..8 and 17..: n16) share one copy
+    # a copy of the model with its kernel calls inline, no per-call dispatch function
     with llvm_target, db:
         applied, _ = add_dispatch(prepare(model.mod, llvm_target), llvm_target, db)
     regions = {
@@ -611,9 +664,11 @@ def test_softmax_bucket_kernel_is_dispatched_with_inf_padding(tmp_path, llvm_tar
         if isinstance(f, tvm.tirx.PrimFunc) and f.attrs and "tunefarm.copy" in f.attrs
     ]
     assert (
-        set(regions) == {"main_dispatch_n_le8", "main_dispatch_n_le15", "main_dispatch_n_le16"}
-        and len(applied.functions) == 1 + 3 + 4 + 2
-    )  # main, regions, kernels (generic, range, static, exact), copies
+        set(regions)
+        == {"main_dispatch_n_le8", "main_dispatch_n_le15", "main_dispatch_n_le16"}
+        | {"main_dispatch_n_above"}
+        and len(applied.functions) == 1 + 4 + 5 + 2
+    )  # main, regions, kernels (generic, range, static, exact, instance at 8), copies
     # the padded branches share one -inf pad and one crop kernel
     assert sorted(copies) == ["crop", "pad"]
     assert all(" if " not in f.script() for f in regions.values())
@@ -951,7 +1006,7 @@ def test_no_tile_1_range_kernel_where_two_loop_axes_run_over_the_variable(
     assert plan.degree == 2
     ranges = [bk for bk in plan.buckets if not bk.static]
     assert [bk.tile for bk in ranges] == ([tile] if range_kernel else [])
-    assert {bk.label for bk in plan.buckets if bk.static} == {"static", "exact"}
+    assert {bk.label for bk in plan.buckets if bk.static and not bk.origin} == {"static", "exact"}
     # the transpose before it (one loop axis over n) keeps its range kernel at either tile
     assert plans["transpose"].degree == 1
     assert [bk.tile for bk in plans["transpose"].buckets if not bk.static] == [tile]

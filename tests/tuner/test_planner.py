@@ -17,8 +17,8 @@ from tuner.cli import app
 from tuner.errors import TuneFarmError
 from tuner.model import load_model
 from tuner.symbolic.buckets import bucket_tasks
-from tuner.symbolic.dispatch import BucketKernel, PadBuffer, choose_intervals
-from tuner.symbolic.planner import GainCurve, Planner, _pick
+from tuner.symbolic.dispatch import BucketKernel, PadBuffer, choose_intervals, pick_kernel
+from tuner.symbolic.planner import GainCurve, Planner
 from tuner.symbolic.profile import ShapeProfile
 
 runner = CliRunner()
@@ -46,23 +46,19 @@ def numpy_reference(x, w):
 '''
 
 
-def test_pick_is_the_dispatch_rules_choice() -> None:
-    kernels = [
-        BucketKernel(4, 4, "k4", "", 9e-6),
-        BucketKernel(4, 4, "k4s", "", 9e-6, static=True),
-        BucketKernel(24, 8, "k24", "", 30e-6),
-        BucketKernel(24, 24, "k24s", "", 28e-6, static=True),
-        BucketKernel(64, 16, "k64", "", 70e-6),
-    ]
+def test_an_exact_kernel_yields_only_to_a_kernel_estimated_clearly_faster() -> None:
+    """At its own bucket an exact kernel (measured there) keeps the value unless another
+    kernel's extrapolated estimate is GENERIC_MARGIN times lower; the planner's model of the
+    rule is the rule's own function."""
     buffers = (PadBuffer(64, 1), PadBuffer(64, 1, output=True))
-    for generic in ([], [(4, 20e-6), (24, 90e-6), (64, 400e-6)], [(24, 30e-6)]):
-        for degree in (1, 2):
-            intervals = choose_intervals(tuple(kernels), tuple(generic), degree, buffers)
-            lo = 1
-            for upper, bk in intervals:
-                for v in range(lo, upper + 1):
-                    assert _pick(kernels, generic, degree, buffers, v) is bk, (generic, degree, v)
-                lo = upper + 1
+    exact = BucketKernel(16, 1, "k16x", "", 13.4e-6, static=True)
+    for sec_at_64, wins in ((49.6e-6, False), (30e-6, True)):  # 12.4 us at 16, then 7.5 us
+        fine = BucketKernel(64, 1, "k64", "", sec_at_64)
+        kernels = (exact, fine)
+        assert fine.cost(16, 1, buffers) < exact.cost(16, 1, buffers)
+        assert pick_kernel(kernels, (), 1, buffers, 16) is (fine if wins else exact)
+        intervals = choose_intervals(kernels, (), 1, buffers)
+        assert next(bk for upper, bk in intervals if upper >= 16) is (fine if wins else exact)
 
 
 def test_gain_curve() -> None:

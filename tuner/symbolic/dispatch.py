@@ -40,7 +40,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +53,8 @@ from tuner.symbolic.buckets import bind_kernel
 from tuner.symbolic.padding import CopyKernels
 from tuner.symbolic.rangekernel import (
     coefficient,
+    instance_points,
+    instances,
     is_default,
     pad_values,
     range_variants,
@@ -118,6 +120,9 @@ class BucketKernel:
     # padded to it; a range kernel (symbolic extents) otherwise. A static kernel of tile 1
     # is *exact*: called at ``value`` alone, with nothing padded or sliced
     static: bool = False
+    # a static instance: the schedule tuned at bucket ``origin``, at constant ``value`` (a
+    # point between buckets), priced as that bucket's time scaled by the work
+    origin: int = 0
 
     @property
     def exact(self) -> bool:
@@ -146,6 +151,8 @@ class BucketKernel:
 
     @property
     def label(self) -> str:
+        if self.origin:
+            return f"static, {self.origin}'s schedule"
         return f"tile {self.tile}" if not self.static else "exact" if self.exact else "static"
 
 
@@ -227,7 +234,7 @@ class KernelDispatch:
             what = "generic" if bk is None else f"{self.var}{bk.value} ({bk.label})"
             parts.append(f"{span}: {what}")
             lo = upper + 1
-        top, above = self.buckets[-1].value, self.above
+        top, above = max(b.value for b in self.buckets), self.above
         how = " (by traffic)" if any(v > top for v, _ in self.traffic) else ""
         if above is None:
             return f"{', '.join(parts)}; generic above {top}{how}"
@@ -260,26 +267,41 @@ def choose_intervals(
     if not buckets:
         return ()
     generic_at = sorted(generic)
-
-    def generic_cost(v: int) -> float:
-        if not generic_at:
-            return math.inf
-        above = [(b, t) for b, t in generic_at if b >= v] or generic_at[-1:]
-        return min(sec * (v / value) ** degree for value, sec in above)
-
     out: list[tuple[int, BucketKernel | None]] = []
     for v in range(1, max(b.value for b in buckets) + 1):
-        best: BucketKernel | None = min(
-            buckets, key=lambda b: (b.cost(v, degree, buffers), b.value, not b.static)
-        )
-        assert best is not None
-        if generic_cost(v) <= GENERIC_MARGIN * best.cost(v, degree, buffers):
-            best = None
+        best = pick_kernel(buckets, generic_at, degree, buffers, v)
         if out and out[-1][1] is best:
             out[-1] = (v, best)
         else:
             out.append((v, best))
     return tuple(out)
+
+
+def pick_kernel(
+    buckets: Sequence[BucketKernel],
+    generic: Sequence[tuple[int, float]],
+    degree: int,
+    buffers: tuple[PadBuffer, ...],
+    v: int,
+) -> BucketKernel | None:
+    """The rule at one value ``v`` up to the largest bucket (see :func:`choose_intervals`;
+    ``generic``: sorted ``(bucket, generic time)`` pairs). A bucket's exact kernel, measured
+    at ``v`` itself, yields to another kernel only when that one is estimated
+    :data:`GENERIC_MARGIN` times faster: the others' estimates at ``v`` are extrapolations
+    (BERT's FFN at s=16: the s=64 fine kernel scaled down to 12.4 µs took the s=16 exact
+    kernel's 13.4 µs, and the model ran 1.06x slower there)."""
+    best = min(buckets, key=lambda b: (b.cost(v, degree, buffers), b.value, not b.static))
+    exact = next((b for b in buckets if b.exact and b.value == v), None)
+    if exact is not None and exact.cost(v, degree, buffers) <= GENERIC_MARGIN * best.cost(
+        v, degree, buffers
+    ):
+        best = exact
+    if generic:
+        above = [(b, t) for b, t in generic if b >= v] or list(generic[-1:])
+        cost = min(sec * (v / value) ** degree for value, sec in above)
+        if cost <= GENERIC_MARGIN * best.cost(v, degree, buffers):
+            return None
+    return best
 
 
 @dataclass
@@ -326,7 +348,8 @@ def _plan(
     default_won = 0  # buckets whose best record is the untuned default schedule
     family = shash_of(norm)
     degree = work_degree(norm["main"], var.name)
-    for bucket, static_mod, bound in usable:
+    below = [0, *(b[var.name] for b, _, _ in usable)]  # each bucket's lower neighbour
+    for (bucket, static_mod, bound), lower in zip(usable, below, strict=False):
         # the generic code's own time at the bucket, measured by the tune (constant extents
         # let LLVM vectorize what symbolic ones do not: BERT's attention matmuls ran 10x
         # slower generic than their untuned static kernel at s=16); databases tuned before
@@ -367,6 +390,13 @@ def _plan(
         if static is not None:  # the kernel that was measured, for values padded to the bucket
             bk = BucketKernel(value, value, f"{kname}_static", level, mean_sec, static=True)
             plan.kernels.append((bk, _mark(static, name, f"{var.name}={value}", value)))
+            # and its static instances between the bucket below and this one
+            points = instance_points(lower, value)
+            bind = functools.partial(_bind_at, norm["main"], var.name)
+            for at, func_at in instances(norm["main"], record.trace, var.name, points, bind):
+                sec = mean_sec * (at / value) ** degree
+                bk = BucketKernel(at, at, f"{kname}_at{at}", level, sec, static=True, origin=value)
+                plan.kernels.append((bk, _mark(func_at, name, f"{var.name}={value}@{at}", at)))
             if value > 1:  # and at the bucket itself, where it pads nothing (its own copy,
                 # marked tile 1, so that a report says which of the two ran)
                 exact = BucketKernel(value, 1, f"{kname}_exact", level, mean_sec, static=True)
@@ -434,6 +464,10 @@ def pad_buffers(func: tirx.PrimFunc, var_name: str) -> tuple[PadBuffer, ...]:
         axes, elements = len(coefs), elements * math.prod(coefs)
         out.append(PadBuffer(elements, axes, output=i == len(params) - 1))
     return tuple(out)
+
+
+def _bind_at(func: tirx.PrimFunc, var_name: str, value: int) -> tvm.IRModule | None:
+    return bind_kernel(func, {var_name: value})
 
 
 def _mark(func: tirx.PrimFunc, kernel: str, bucket: str, tile: int) -> tirx.PrimFunc:

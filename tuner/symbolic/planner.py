@@ -55,15 +55,16 @@ from tuner.errors import TuneFarmError
 from tuner.pipeline import extract_tasks, prepare
 from tuner.symbolic.buckets import bucket_tasks, choose_buckets, symbolic_vars, upper_bounds
 from tuner.symbolic.dispatch import (
-    GENERIC_MARGIN,
     BucketKernel,
     KernelDispatch,
     PadBuffer,
     bucket_workloads,
     offers_range,
     pad_buffers,
+    pick_kernel,
 )
 from tuner.symbolic.profile import ShapeProfile
+from tuner.symbolic.rangekernel import instance_points
 
 PRIOR_FLOOR = 0.2  # without histories: tuning ends at 5x faster than the default schedule
 # ... unless the kernel's roofline says otherwise: a kernel of no family with histories ends
@@ -238,25 +239,6 @@ def _prior_tile(value: int) -> int:
     while value % (tile * 2) == 0 and tile < 16:
         tile *= 2
     return tile
-
-
-def _pick(
-    kernels: list[BucketKernel],
-    generic: list[tuple[int, float]],
-    degree: int,
-    buffers: tuple[PadBuffer, ...],
-    v: int,
-) -> BucketKernel | None:
-    """The dispatch rule's choice at ``v`` up to the largest bucket, as
-    :func:`tuner.symbolic.dispatch.choose_intervals` makes it for each value (tested to agree)."""
-    best = min(kernels, key=lambda b: (b.cost(v, degree, buffers), b.value, not b.static))
-    if generic:
-        above = [(b, t) for b, t in generic if b >= v] or generic[-1:]
-        if min(s * (v / b) ** degree for b, s in above) <= GENERIC_MARGIN * best.cost(
-            v, degree, buffers
-        ):
-            return None
-    return best
 
 
 # ---------------------------------------------------------------------- the plan
@@ -488,6 +470,7 @@ class Planner:
         self, km: KernelModel, trials: dict[int, int]
     ) -> tuple[list[BucketKernel], list[tuple[int, float]]]:
         kernels, generic = [], []
+        lower = 0  # the bucket below
         for b in sorted(trials):
             t = trials[b]
             if t < 1 or km.reason:
@@ -501,6 +484,12 @@ class Planner:
             kernels.append(BucketKernel(b, b, f"{km.name}{b}_s", "", sec, static=True))
             if b > 1:  # the same at its bucket, unpadded (the build's exact kernel)
                 kernels.append(BucketKernel(b, 1, f"{km.name}{b}_x", "", sec, static=True))
+            for at in instance_points(lower, b) if tm.tile != 0 else ():
+                if at % tile == 0:  # the build's static instances between the buckets
+                    scaled = sec * (at / b) ** km.degree
+                    name = f"{km.name}{b}_at{at}"
+                    kernels.append(BucketKernel(at, at, name, "", scaled, static=True, origin=b))
+            lower = b
         return kernels, generic
 
     def _kernel_costs(
@@ -514,9 +503,10 @@ class Planner:
                 out.append(km.generic(v))
                 continue
             out.append(bk.cost(v, km.degree, km.buffers))
-            if served is not None:
-                scale = (bk.padded(v) / bk.value) ** km.degree
-                served[bk.value] = served.get(bk.value, 0.0) + w * scale
+            if served is not None:  # (a static instance is its origin bucket's schedule)
+                bucket = bk.origin or bk.value
+                scale = (bk.padded(v) / bucket) ** km.degree
+                served[bucket] = served.get(bucket, 0.0) + w * scale
         return out
 
     def expected(self, chosen: Chosen, static_trials: dict[str, int]) -> float:
@@ -745,7 +735,7 @@ class Planner:
         return sum(
             w
             for (_, w), bk in zip(self.values, served, strict=True)
-            if bk is not None and bk.value == value
+            if bk is not None and (bk.origin or bk.value) == value
         )
 
     def _served_by(self, km: KernelModel, trials: dict[int, int]) -> list[BucketKernel | None]:
@@ -765,7 +755,7 @@ class Planner:
             traffic=tuple(self.values),  # as `build --shape-profile` chooses above the top
         ).above
         return [
-            _pick(kernels, generic, km.degree, km.buffers, v) if v <= top else above
+            pick_kernel(kernels, sorted(generic), km.degree, km.buffers, v) if v <= top else above
             for v, _ in self.values
         ]
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -407,16 +408,12 @@ def _first_symbolic_tile(
     return True, None, 1
 
 
-def transplant(
+def _rewritten(
     func: tirx.PrimFunc, trace: tvm.s_tir.Trace, var_name: str, fine: bool = False
-) -> RangeKernel | None:
-    """Make a range kernel of symbolic ``func`` from a trace tuned at a static size.
-
-    ``fine``: each tiling of a symbolic loop keeps only its innermost (register) factor, so
-    the kernel pads a value to a smaller tile at the price of the dropped cache tiles (see
-    :func:`range_variants`). Returns None when the trace cannot be transplanted onto the
-    kernel.
-    """
+) -> tuple[tvm.s_tir.Trace, int] | None:
+    """``trace`` with each tiling of a loop over ``var_name`` split as ``[None, *inner]``
+    (:func:`_rewrite`), and the least common multiple of those inner tiles; None when the
+    trace does not replay on ``func``."""
     tiles: list[int] = []
     base = tvm.IRModule({"main": func})
     # Find the SamplePerfectTile instructions on symbolic loops one at a time: replay the trace
@@ -433,7 +430,59 @@ def transplant(
         tiles.append(tile // math.gcd(tile, coef))
     else:
         return None
-    base_tile = math.lcm(*tiles) if tiles else 1
+    return trace, math.lcm(*tiles) if tiles else 1
+
+
+def instances(
+    func: tirx.PrimFunc,
+    trace: tvm.s_tir.Trace,
+    var_name: str,
+    points: list[int],
+    bind: Callable[[int], tvm.IRModule | None],
+) -> list[tuple[int, tirx.PrimFunc]]:
+    """The schedule of a record tuned at one bucket applied to ``func`` at other constant
+    values (``points``; ``bind(value)``: ``func`` bound there): *static instances*, with
+    constant extents (so every loop vectorizes and unrolls as the bucket's own kernel did)
+    doing a value's work. The symbolic loops' tilings keep their tuned inner factors with
+    the outer factor free (as in :func:`transplant`), so only the points that are multiples
+    of their tile get one, and none that would need a predicate or does not replay. Records
+    that do not transplant (a softmax vectorized across ``n``) get them too."""
+    rewritten = _rewritten(func, trace, var_name)
+    if rewritten is None:
+        return []
+    out = []
+    for value in points:
+        bound = bind(value) if value % rewritten[1] == 0 else None
+        kernel = replay(rewritten[0], bound) if bound is not None else None
+        if kernel is not None and "T.where(" not in kernel.script():
+            out.append((value, kernel))
+    return out
+
+
+def instance_points(lower: int, bucket: int) -> list[int]:
+    """Where a bucket's static instances go between the bucket below it (``lower``, 0 for
+    none) and ``bucket``: a grid of at most 3 points per gap, a power of two apart
+    (64..128: 80, 96, 112; 16..64: 32, 48; 0..16: 4, 8, 12), the same for every kernel of
+    the gap so that their dispatch regions coincide."""
+    step = 1 << max(0, math.ceil(math.log2(max(1, (bucket - lower) / 4))))
+    start = max(2, (lower // step + 1) * step)  # (at 1 a layout kernel is a view: no call)
+    return list(range(start, bucket, step))
+
+
+def transplant(
+    func: tirx.PrimFunc, trace: tvm.s_tir.Trace, var_name: str, fine: bool = False
+) -> RangeKernel | None:
+    """Make a range kernel of symbolic ``func`` from a trace tuned at a static size.
+
+    ``fine``: each tiling of a symbolic loop keeps only its innermost (register) factor, so
+    the kernel pads a value to a smaller tile at the price of the dropped cache tiles (see
+    :func:`range_variants`). Returns None when the trace cannot be transplanted onto the
+    kernel.
+    """
+    rewritten = _rewritten(func, trace, var_name, fine)
+    if rewritten is None:
+        return None
+    trace, base_tile = rewritten
     first: RangeKernel | None = None
     # Constant splits of loops fused across the symbolic axis (the postprocessors' parallel
     # and vectorize splits) divide m * tile only when the tile is a multiple of their factor:

@@ -624,11 +624,12 @@ def _choice(dispatch: KernelDispatch, value: int | None) -> BucketKernel | None:
     return dispatch.above
 
 
-# A function is specialized per region of its variables' values (one ``if`` per call of the
-# model) when it has at most this many regions; beyond, each call site dispatches on its own.
-# A Hugging Face BERT has 9 (8 was the limit): per-call dispatch doubled its VM instructions
-# and cost it 6-19% of its latency (docs/symbolic-shapes.md).
-MAX_REGIONS = 32
+# A function is specialized per region of its variables' values (a bisection of ``if``s per
+# call of the model) when it has at most this many regions; beyond, each call site dispatches
+# on its own. A Hugging Face BERT had 9 (8 was the limit): per-call dispatch doubled its VM
+# instructions and cost it 6-19% of its latency (docs/symbolic-shapes.md); with fine range
+# variants and static instances it has 30 (the limit was 32).
+MAX_REGIONS = 64
 
 
 def _param_vars(params: list[relax.Var]) -> dict[str, tirx.Var]:
@@ -730,13 +731,17 @@ def _specialize(
     def chain(i: int, values: dict[str, int | None]) -> relax.Expr:
         if i == len(names):
             return relax.Call(copies[tuple(values.values())], params)
-        name, out = names[i], None
-        var = defined[name]
-        for upper in reversed(regions[name]):
-            branch = _seq(chain(i + 1, {**values, name: upper}), func.ret_ty)
-            out = branch if out is None else relax.If(relax.prim_value(var <= upper), branch, out)
-        assert out is not None
-        return out
+        name, var, uppers = names[i], defined[names[i]], regions[names[i]]
+
+        def tree(lo: int, hi: int) -> relax.Expr:
+            # regions lo..hi of the variable, by bisection: log2(regions) tests a call
+            if lo == hi:
+                return _seq(chain(i + 1, {**values, name: uppers[lo]}), func.ret_ty)
+            mid = (lo + hi) // 2  # uppers[mid] is a number: only the last region has None
+            test = relax.prim_value(var <= uppers[mid])
+            return relax.If(test, tree(lo, mid), tree(mid + 1, hi))
+
+        return tree(0, len(uppers) - 1)
 
     fb = relax.BlockBuilder()
     with fb.function(gv.name_hint, params, attrs=dict(func.attrs) if func.attrs else None):

@@ -59,9 +59,9 @@ from tuner.symbolic.dispatch import (
     KernelDispatch,
     PadBuffer,
     bucket_workloads,
+    choose_intervals,
     offers_range,
     pad_buffers,
-    pick_kernel,
 )
 from tuner.symbolic.profile import ShapeProfile
 from tuner.symbolic.rangekernel import instance_points
@@ -754,8 +754,9 @@ class Planner:
             buffers=km.buffers,
             traffic=tuple(self.values),  # as `build --shape-profile` chooses above the top
         ).above
+        intervals = choose_intervals(tuple(kernels), tuple(generic), km.degree, km.buffers)
         return [
-            pick_kernel(kernels, sorted(generic), km.degree, km.buffers, v) if v <= top else above
+            next(bk for upper, bk in intervals if v <= upper) if v <= top else above
             for v, _ in self.values
         ]
 

@@ -48,8 +48,8 @@ def numpy_reference(x, w):
 
 def test_an_exact_kernel_yields_only_to_a_kernel_estimated_clearly_faster() -> None:
     """At its own bucket an exact kernel (measured there) keeps the value unless another
-    kernel's extrapolated estimate is GENERIC_MARGIN times lower; the planner's model of the
-    rule is the rule's own function."""
+    bucket's kernel, whose cost there is extrapolated, is estimated GENERIC_MARGIN times
+    cheaper; its own bucket's range kernel, timed there too, wins on the lesser time."""
     buffers = (PadBuffer(64, 1), PadBuffer(64, 1, output=True))
     exact = BucketKernel(16, 1, "k16x", "", 13.4e-6, static=True)
     for sec_at_64, wins in ((49.6e-6, False), (30e-6, True)):  # 12.4 us at 16, then 7.5 us
@@ -59,6 +59,9 @@ def test_an_exact_kernel_yields_only_to_a_kernel_estimated_clearly_faster() -> N
         assert pick_kernel(kernels, (), 1, buffers, 16) is (fine if wins else exact)
         intervals = choose_intervals(kernels, (), 1, buffers)
         assert next(bk for upper, bk in intervals if upper >= 16) is (fine if wins else exact)
+    # the bucket's own range kernel was timed at 16 too: the lesser time wins, no margin
+    own = BucketKernel(16, 1, "k16", "", 12.8e-6)
+    assert pick_kernel((exact, own), (), 1, buffers, 16) is own
 
 
 def test_gain_curve() -> None:

@@ -286,14 +286,18 @@ def pick_kernel(
 ) -> BucketKernel | None:
     """The rule at one value ``v`` up to the largest bucket (see :func:`choose_intervals`;
     ``generic``: sorted ``(bucket, generic time)`` pairs). A bucket's exact kernel, measured
-    at ``v`` itself, yields to another kernel only when that one is estimated
-    :data:`GENERIC_MARGIN` times faster: the others' estimates at ``v`` are extrapolations
+    at ``v`` itself, yields to another bucket's kernel only when that one is estimated
+    :data:`GENERIC_MARGIN` times faster (to its own bucket's range kernels, also timed at
+    ``v``, as to any kernel): the other buckets' estimates at ``v`` are extrapolations
     (BERT's FFN at s=16: the s=64 fine kernel scaled down to 12.4 µs took the s=16 exact
     kernel's 13.4 µs, and the model ran 1.06x slower there)."""
     best = min(buckets, key=lambda b: (b.cost(v, degree, buffers), b.value, not b.static))
     exact = next((b for b in buckets if b.exact and b.value == v), None)
-    if exact is not None and exact.cost(v, degree, buffers) <= GENERIC_MARGIN * best.cost(
-        v, degree, buffers
+    measured_here = best.value == v and not best.origin  # the same bucket's range kernel
+    if (
+        exact is not None
+        and not measured_here
+        and exact.cost(v, degree, buffers) <= GENERIC_MARGIN * best.cost(v, degree, buffers)
     ):
         best = exact
     if generic:

@@ -304,7 +304,6 @@ def _pv(n: object) -> tvm.IRModule:
 
 
 def test_sum_of_products_over_n_gets_a_correct_range_kernel(llvm_target) -> None:
-    import numpy as np
     from tvm import tirx
 
     from tuner.fastimport import preload_tensor_intrin
@@ -324,11 +323,17 @@ def test_sum_of_products_over_n_gets_a_correct_range_kernel(llvm_target) -> None
     sch = ctx.space_generator.generate_design_space(static)[0]  # a tiled schedule at n=32
     rk = transplant(sym, sch.trace, "n")
     assert rk is not None and rk.tile > 1 and "T.where" not in rk.func.script()
-    lib = tvm.driver.build(tvm.IRModule({"main": rk.func}), target=llvm_target)
+    _check_pv_range_kernel(rk, llvm_target, (1, 5, 16, 23, 40))  # on, off, above the size
+
+
+def _check_pv_range_kernel(rk: object, target: object, values: tuple[int, ...]) -> None:
+    """A range kernel of ``_pv`` fed zero-padded inputs matches numpy at each value."""
+    import numpy as np
+
+    lib = tvm.driver.build(tvm.IRModule({"main": rk.func}), target=target)
     rng = np.random.default_rng(0)
-    for value in (1, 5, 16, 23, 40):  # on, off and above the tuned size
-        m = -(-value // rk.tile)
-        padded = m * rk.tile
+    for value in values:
+        m, padded = rk.padded(value) // rk.tile, rk.padded(value)
         x = rng.random((value, value), dtype="float32")
         y = rng.random((value, 16), dtype="float32")
         xp = np.zeros((padded, padded), "float32")
@@ -345,7 +350,6 @@ def test_the_fine_range_kernel_keeps_the_register_tile_and_stays_exact(llvm_targ
     4 x 8 pads to 16 (lcm of 4 * 4 and 8); its fine variant keeps the register tiles (4 and 8)
     and pads to 8, so n=17 computes 24 rows instead of 32. Both match numpy on and off the
     tuned size."""
-    import numpy as np
     from tvm import tirx
 
     from tuner.symbolic.rangekernel import range_variants
@@ -362,21 +366,9 @@ def test_the_fine_range_kernel_keeps_the_register_tile_and_stays_exact(llvm_targ
     assert [rk.tile for rk in variants] == [16, 8]
     coarse, fine = variants
     assert fine.padded(17) == 24 and coarse.padded(17) == 32 and fine.key != coarse.key
-    rng = np.random.default_rng(0)
     for rk in variants:
         assert "T.where" not in rk.func.script()
-        lib = tvm.driver.build(tvm.IRModule({"main": rk.func}), target=llvm_target)
-        for value in (1, 5, 16, 17, 40):
-            m, padded = rk.padded(value) // rk.tile, rk.padded(value)
-            x = rng.random((value, value), dtype="float32")
-            y = rng.random((value, 16), dtype="float32")
-            xp = np.zeros((padded, padded), "float32")
-            xp[:value, :value] = x
-            yp = np.zeros((padded, 16), "float32")
-            yp[:value] = y
-            out = tvm.runtime.tensor(np.zeros((padded, 16), "float32"))
-            lib["main"](tvm.runtime.tensor(xp), tvm.runtime.tensor(yp), m, out)
-            np.testing.assert_allclose(out.numpy()[:value], x @ y, rtol=1e-5, atol=1e-5)
+        _check_pv_range_kernel(rk, llvm_target, (1, 5, 16, 17, 40))
 
 
 def test_static_instances_run_a_buckets_schedule_at_constant_values_between_buckets(

@@ -185,7 +185,7 @@ def test_the_tune_times_each_range_kernel_and_the_build_prices_it_by_that(
     stored under their own hashes; the rule prices each range kernel by that time, not by its
     bucket's static kernel's."""
     from tuner.symbolic.dispatch import bucket_workloads
-    from tuner.symbolic.rangekernel import range_variants, static_key
+    from tuner.symbolic.rangekernel import range_variants, rewrite_tiles, static_key
 
     db = TuneFarmDatabase(Storage(dyn_tuned_db, create=False))
     prepared = prepare(load_model(MODEL).mod, llvm_target)
@@ -204,7 +204,8 @@ def test_the_tune_times_each_range_kernel_and_the_build_prices_it_by_that(
                 i.kind.name != "EnterPostproc" for i in found[0].trace.insts
             ):
                 continue
-            variants = range_variants(norm, found[0].trace, "n")
+            trace = found[0].trace
+            variants = range_variants(norm, trace, "n", rewrite_tiles(norm, trace, "n"))
             beside = variants and db.generic_sec(static_key(variants[0].key), bucket, llvm_target)
             for rk in variants:
                 sec = db.generic_sec(rk.key, bucket, llvm_target)
@@ -352,7 +353,7 @@ def test_the_fine_range_kernel_keeps_the_register_tile_and_stays_exact(llvm_targ
     tuned size."""
     from tvm import tirx
 
-    from tuner.symbolic.rangekernel import range_variants
+    from tuner.symbolic.rangekernel import range_variants, rewrite_tiles
 
     static = _pv(32)
     sch = tvm.s_tir.Schedule(static)
@@ -362,7 +363,7 @@ def test_the_fine_range_kernel_keeps_the_register_tile_and_stays_exact(llvm_targ
     sch.reorder(i0, i1, k0, i2, k1, j)
     sch.vectorize(j)
     sym = _pv(tirx.Var("n", "int64"))["main"]
-    variants = range_variants(sym, sch.trace, "n")
+    variants = range_variants(sym, sch.trace, "n", rewrite_tiles(sym, sch.trace, "n"))
     assert [rk.tile for rk in variants] == [16, 8]
     coarse, fine = variants
     assert fine.padded(17) == 24 and coarse.padded(17) == 32 and fine.key != coarse.key
@@ -382,7 +383,7 @@ def test_static_instances_run_a_buckets_schedule_at_constant_values_between_buck
     from tvm import tirx
 
     from tuner.symbolic.buckets import bind_kernel
-    from tuner.symbolic.rangekernel import instance_points, instances, transplant
+    from tuner.symbolic.rangekernel import instance_points, instances, rewrite_tiles, transplant
     from tuner.symbolic.walk import vars_of
 
     assert instance_points(0, 32) == [8, 16, 24]
@@ -395,7 +396,7 @@ def test_static_instances_run_a_buckets_schedule_at_constant_values_between_buck
     def bind(value: int) -> tvm.IRModule | None:
         return bind_kernel(sym, {"n": value})
 
-    found = instances(sym, sch.trace, "n", instance_points(0, 32), bind)
+    found = instances(rewrite_tiles(sym, sch.trace, "n"), instance_points(0, 32), bind)
     assert [at for at, _ in found] == [16]
     func = found[0][1]
     assert not vars_of(func.params) and "T.where" not in func.script()
@@ -413,7 +414,8 @@ def test_static_instances_run_a_buckets_schedule_at_constant_values_between_buck
         soft.vectorize(jj)  # across n: no range kernel
     sym = _softmax(tirx.Var("n", "int64"))["main"]
     assert transplant(sym, soft.trace, "n") is None
-    found = instances(sym, soft.trace, "n", [8, 24], lambda v: bind_kernel(sym, {"n": v}))
+    rewrite = rewrite_tiles(sym, soft.trace, "n")
+    found = instances(rewrite, [8, 24], lambda v: bind_kernel(sym, {"n": v}))
     assert [at for at, _ in found] == [8, 24]
     lib = tvm.driver.build(tvm.IRModule({"main": found[1][1]}), target=llvm_target)
     x = rng.standard_normal((24, 24)).astype("float32")

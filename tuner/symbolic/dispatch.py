@@ -59,6 +59,7 @@ from tuner.symbolic.rangekernel import (
     pad_values,
     range_variants,
     replay,
+    rewrite_tiles,
     static_key,
     symbolic_var,
     work_degree,
@@ -372,8 +373,9 @@ def _plan(
             continue  # the default schedule won, and its static kernel is all that was timed
         value = bucket[var.name]
         kname = f"{name}_{var.name}{value}"
+        rewrite = rewrite_tiles(norm["main"], record.trace, var.name)
         # the default schedule's range kernel is the generic kernel
-        variants = () if default else range_variants(norm["main"], record.trace, var.name)
+        variants = () if default else range_variants(norm["main"], record.trace, var.name, rewrite)
         beside = db.generic_sec(static_key(variants[0].key), bucket, target) if variants else None
         for rk in variants:
             # its own time where the tune measured it (at the bucket padded to the tile,
@@ -395,9 +397,9 @@ def _plan(
             bk = BucketKernel(value, value, f"{kname}_static", level, mean_sec, static=True)
             plan.kernels.append((bk, _mark(static, name, f"{var.name}={value}", value)))
             # and its static instances between the bucket below and this one
-            points = instance_points(lower, value)
             bind = functools.partial(_bind_at, norm["main"], var.name)
-            for at, func_at in instances(norm["main"], record.trace, var.name, points, bind):
+            found = instances(rewrite, instance_points(lower, value), bind) if rewrite else []
+            for at, func_at in found:
                 sec = mean_sec * (at / value) ** degree
                 bk = BucketKernel(at, at, f"{kname}_at{at}", level, sec, static=True, origin=value)
                 plan.kernels.append((bk, _mark(func_at, name, f"{var.name}={value}@{at}", at)))

@@ -36,6 +36,7 @@ from tuner.symbolic.rangekernel import (
     pad_values,
     range_variants,
     replay,
+    rewrite_tiles,
     static_key,
     symbolic_var,
 )
@@ -110,7 +111,7 @@ def range_probes(
         if found is None or is_default(found[0].trace):
             continue
         trace = found[0].trace
-        variants = range_variants(func, trace, var.name)
+        variants = range_variants(func, trace, var.name, rewrite_tiles(func, trace, var.name))
         static = replay(trace, task.mod)
         if not variants or static is None:
             continue

@@ -408,12 +408,18 @@ def _first_symbolic_tile(
     return True, None, 1
 
 
-def _rewritten(
+# A trace whose tilings of the symbolic loops are split ``[None, *inner]``, and its tile
+Rewrite = tuple[tvm.s_tir.Trace, int]
+
+
+def rewrite_tiles(
     func: tirx.PrimFunc, trace: tvm.s_tir.Trace, var_name: str, fine: bool = False
-) -> tuple[tvm.s_tir.Trace, int] | None:
+) -> Rewrite | None:
     """``trace`` with each tiling of a loop over ``var_name`` split as ``[None, *inner]``
     (:func:`_rewrite`), and the least common multiple of those inner tiles; None when the
-    trace does not replay on ``func``."""
+    trace does not replay on ``func``. What :func:`transplant`, :func:`range_variants` and
+    :func:`instances` start from (it replays the trace once per symbolic tiling: compute it
+    once per record)."""
     tiles: list[int] = []
     base = tvm.IRModule({"main": func})
     # Find the SamplePerfectTile instructions on symbolic loops one at a time: replay the trace
@@ -434,26 +440,21 @@ def _rewritten(
 
 
 def instances(
-    func: tirx.PrimFunc,
-    trace: tvm.s_tir.Trace,
-    var_name: str,
-    points: list[int],
-    bind: Callable[[int], tvm.IRModule | None],
+    rewrite: Rewrite, points: list[int], bind: Callable[[int], tvm.IRModule | None]
 ) -> list[tuple[int, tirx.PrimFunc]]:
-    """The schedule of a record tuned at one bucket applied to ``func`` at other constant
-    values (``points``; ``bind(value)``: ``func`` bound there): *static instances*, with
-    constant extents (so every loop vectorizes and unrolls as the bucket's own kernel did)
-    doing a value's work. The symbolic loops' tilings keep their tuned inner factors with
-    the outer factor free (as in :func:`transplant`), so only the points that are multiples
-    of their tile get one, and none that would need a predicate or does not replay. Records
-    that do not transplant (a softmax vectorized across ``n``) get them too."""
-    rewritten = _rewritten(func, trace, var_name)
-    if rewritten is None:
-        return []
+    """A record's schedule (``rewrite``: its :func:`rewrite_tiles`) applied to its kernel at
+    other constant values (``points``; ``bind(value)``: the kernel bound there): *static
+    instances*, with constant extents (so every loop vectorizes and unrolls as the bucket's
+    own kernel did) doing a value's work. The symbolic loops' tilings keep their tuned inner
+    factors with the outer factor free (as in :func:`transplant`), so only the points that
+    are multiples of their tile get one, and none that would need a predicate or does not
+    replay. Records that do not transplant (a softmax vectorized across ``n``) get them
+    too."""
+    trace, tile = rewrite
     out = []
     for value in points:
-        bound = bind(value) if value % rewritten[1] == 0 else None
-        kernel = replay(rewritten[0], bound) if bound is not None else None
+        bound = bind(value) if value % tile == 0 else None
+        kernel = replay(trace, bound) if bound is not None else None
         if kernel is not None and "T.where(" not in kernel.script():
             out.append((value, kernel))
     return out
@@ -479,10 +480,14 @@ def transplant(
     :func:`range_variants`). Returns None when the trace cannot be transplanted onto the
     kernel.
     """
-    rewritten = _rewritten(func, trace, var_name, fine)
-    if rewritten is None:
+    return _padded(func, rewrite_tiles(func, trace, var_name, fine), var_name)
+
+
+def _padded(func: tirx.PrimFunc, rewrite: Rewrite | None, var_name: str) -> RangeKernel | None:
+    """The range kernel of ``rewrite`` (:func:`transplant`)."""
+    if rewrite is None:
         return None
-    trace, base_tile = rewritten
+    trace, base_tile = rewrite
     first: RangeKernel | None = None
     # Constant splits of loops fused across the symbolic axis (the postprocessors' parallel
     # and vectorize splits) divide m * tile only when the tile is a multiple of their factor:
@@ -504,17 +509,17 @@ def transplant(
 
 
 def range_variants(
-    func: tirx.PrimFunc, trace: tvm.s_tir.Trace, var_name: str
+    func: tirx.PrimFunc, trace: tvm.s_tir.Trace, var_name: str, rewrite: Rewrite | None
 ) -> tuple[RangeKernel, ...]:
-    """The range kernels a bucket's record gives: its transplant (:func:`transplant`) and,
-    where it pads to a smaller tile, its *fine* transplant, which keeps only the register
-    tile of each symbolic loop. A value between two buckets pays for the larger bucket's
-    tile: BERT's ``q @ k^T`` tuned at s=128 has a tile of 32 or more, so s=100 computes
-    128 x 128 scores; the fine kernel computes about 100 x 100 at the price of the cache
-    tiles it dropped, and the tune times both (:mod:`tuner.symbolic.probes`) so that the
-    build's rule can weigh one against the other at every value. Empty when the record does
-    not transplant."""
-    coarse = transplant(func, trace, var_name)
+    """The range kernels a bucket's record gives (``rewrite``: its :func:`rewrite_tiles`):
+    its transplant (:func:`transplant`) and, where it pads to a smaller tile, its *fine*
+    transplant, which keeps only the register tile of each symbolic loop. A value between
+    two buckets pays for the larger bucket's tile: BERT's ``q @ k^T`` tuned at s=128 has a
+    tile of 32 or more, so s=100 computes 128 x 128 scores; the fine kernel computes about
+    100 x 100 at the price of the cache tiles it dropped, and the tune times both
+    (:mod:`tuner.symbolic.probes`) so that the build's rule can weigh one against the other
+    at every value. Empty when the record does not transplant."""
+    coarse = _padded(func, rewrite, var_name)
     if coarse is None:
         return ()
     fine = transplant(func, trace, var_name, fine=True)

@@ -218,9 +218,15 @@ def _gpu_rules() -> list[Any]:
 def default_gpu_schedule(mod: tvm.IRModule) -> tvm.IRModule:
     """dlight's default GPU schedules for every kernel without one (call inside a target
     scope): what an untuned kernel runs as on a GPU. An unscheduled kernel binds no threads,
-    so it would run as host code on device memory."""
+    so it would run as host code on device memory. The dispatch's pad and crop copies
+    (``tunefarm.copy``) are marked scheduled for the CPU, where they stay serial; on a GPU
+    they get dlight's schedule too. ``mod`` itself is left as it is."""
     from tvm.s_tir import dlight as dl
 
+    mod = mod.clone()  # dlight schedules the module it is given in place
+    for gv, func in list(mod.functions.items()):
+        if isinstance(func, tvm.tirx.PrimFunc) and func.attrs and "tunefarm.copy" in func.attrs:
+            mod[gv] = func.without_attr("tirx.is_scheduled")
     return dl.ApplyDefaultSchedule(*_gpu_rules())(mod)
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
+from typing import Any
 
 import pytest
 import tvm
@@ -12,7 +14,7 @@ from tvm.s_tir.meta_schedule.builder import BuilderInput
 from tvm.s_tir.meta_schedule.runner import RunnerInput
 
 from database import TargetKey
-from tests.conftest import matmul_mod
+from tests.conftest import DATA, matmul_mod
 from workers.build import build_artifact
 from workers.config import MeasureConfig
 
@@ -120,3 +122,105 @@ def test_the_default_gpu_schedule_is_a_candidate_whose_trace_replays() -> None:
     with target:
         whole = default_gpu_schedule(mod)
     tvm.ir.assert_structural_equal(whole["main"].without_attr("tirx.is_scheduled"), sch.mod["main"])
+
+
+def _first_valid(mod: tvm.IRModule, target: tvm.target.Target, name: str) -> Any:
+    """The first schedule sampled from MetaSchedule's design spaces for ``mod`` that its
+    postprocessors accept (the design space's decisions are drawn with the context's seed)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    for seed in range(1, 6):
+        ctx = ms.TuneContext(
+            mod=mod,
+            target=target,
+            space_generator="post-order-apply",
+            task_name=name,
+            rand_state=seed,
+        )
+        for space in ctx.generate_design_space():
+            sch = tvm.s_tir.Schedule(mod)
+            space.trace.apply_to_schedule(sch, remove_postproc=True)
+            if all(p.apply(sch) for p in ctx.space_generator.postprocs):
+                return sch
+    return None
+
+
+def _sampled_cuda_records(model: Any, target: tvm.target.Target, buckets: dict, path: Path) -> Any:
+    """A database with, per bucket task, one schedule sampled from MetaSchedule's CUDA design
+    space (first one its postprocessors accept), stored as a tune would store it: a CUDA
+    database made without a GPU."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from database import Storage, TuneFarmDatabase, shash_of
+    from tuner.pipeline import extract_tasks, prepare
+    from tuner.symbolic.buckets import bucket_tasks
+
+    db = TuneFarmDatabase(Storage(f"sqlite:///{path}"), target)
+    family = {t.name: shash_of(t.mod) for t in extract_tasks(prepare(model.mod, target), target)}
+    for bt in bucket_tasks(model.mod, target, buckets):
+        base = bt.task.name.split("[", 1)[0]
+        sch = _first_valid(bt.task.mod, target, base)
+        if sch is None:
+            continue
+        db.workload_id(bt.task.mod, create=True, task_name=base, family=(family[base], bt.bucket))
+        db.commit_tuning_record(
+            ms.database.TuningRecord(
+                sch.trace,
+                db.commit_workload(bt.task.mod),
+                run_secs=[1e-5],
+                target=target,
+                args_info=ArgInfo.from_prim_func(bt.task.mod["main"]),
+            )
+        )
+    return db
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_a_cuda_dispatch_runs_its_pad_and_crop_copies_on_the_gpu(tmp_path: Path) -> None:
+    """The copies a bucket branch adds around its kernel are marked scheduled (serial, for the
+    CPU); on a GPU target they must get a GPU schedule too, or they are compiled as host code
+    that reads device memory (a crash at the first call between buckets)."""
+    import re
+
+    from tuner.compile import compile as tf_compile
+    from tuner.model import load_model
+    from tuner.targets import resolve_target
+
+    target = resolve_target("cuda", "sm_90")
+    model = load_model(DATA / "softmax_n.py")
+    db = _sampled_cuda_records(model, target, {"n": [16, 64]}, tmp_path / "cuda.db")
+    ex, report = tf_compile(model.mod, target, db)
+    (softmax,) = report.kernels
+    assert softmax.source == "buckets" and "n=9..30: n64 (tile" in softmax.dispatch, report
+    modules = [m for top in ex.mod.imports for m in (top, *top.imports)]
+    (cuda,) = [m for m in modules if m.kind == "cuda"]
+    kernels = set(
+        re.findall(r"__global__ void(?: __launch_bounds__\(\d+\))? (\w+)\(", cuda.inspect_source())
+    )
+    copies = {k for k in kernels if k.startswith("tunefarm_")}
+    assert {k.split("_")[1].rstrip("0123456789") for k in copies} == {"pad", "crop"}, kernels
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_a_cuda_tune_times_the_generic_code_as_the_build_runs_it() -> None:
+    """The tune times each symbolic kernel's generic code at every bucket (the build weighs
+    it against the bucket kernels). On a GPU that code is dlight's schedule of the symbolic
+    kernel: the probe builds it so (its unscheduled form binds no threads, and runs as host
+    code), and a CPU probe stays the kernel as it is."""
+    from tuner.model import load_model
+    from tuner.pipeline import extract_tasks, prepare
+    from tuner.symbolic.probes import Probe, _as_built
+    from tuner.symbolic.rangekernel import args_at, symbolic_var
+    from tuner.targets import resolve_target
+
+    target = resolve_target("cuda", "sm_90")
+    model = load_model(DATA / "softmax_n.py")
+    (task,) = extract_tasks(prepare(model.mod, target), target)
+    var = symbolic_var(task.mod["main"])
+    probe = Probe("k", {"n": 16}, task.mod, tuple(args_at(task.mod["main"], var, 16)))
+    built = _as_built(probe, target)
+    result, data = build_artifact(tvm.ir.save_json(built), TargetKey.of(target).json)
+    assert result.ok and data[:4] == b"\x7fELF", result.error_msg
+    # threads bound: unscheduled, it builds all the same, as host code that reads device memory
+    assert "threadIdx.x" in built.script() and "threadIdx.x" not in task.mod.script()
+    assert _as_built(probe, resolve_target("llvm")) is task.mod

@@ -129,6 +129,17 @@ def range_probes(
     return list(out.values())
 
 
+def _as_built(probe: Probe, target: tvm.target.Target) -> tvm.IRModule:
+    """The kernel as the build runs it: on a GPU the generic code is dlight's schedule of the
+    symbolic kernel (unscheduled, it would run as host code on device memory)."""
+    if probe.what != "generic" or device_kind(target) != "cuda":
+        return probe.kernel
+    from tuner.compile import default_gpu_schedule
+
+    with target:
+        return default_gpu_schedule(probe.kernel)
+
+
 def measure_probes(
     probes: list[Probe],
     target: tvm.target.Target,
@@ -141,14 +152,12 @@ def measure_probes(
     skipped. A build or run that fails stores nothing (the build then falls back: the default
     schedule's time for generic code, the bucket's static time and a rule for range kernels).
     Returns how many were stored."""
-    if device_kind(target) == "cuda":  # the generic kernel is dlight's there, not this code
-        return 0
     todo = [p for p in probes if db.generic_sec(p.shash, p.bucket, target) is None]
     if not todo:
         return 0
     budget, builder.budget = builder.budget, None  # not trials
     try:
-        results = builder.build([BuilderInput(p.kernel, target) for p in todo])
+        results = builder.build([BuilderInput(_as_built(p, target), target) for p in todo])
     finally:
         builder.budget = budget
     futures = runner.run_json(

@@ -518,10 +518,12 @@ def _softmax_db(
     model_file: str = "softmax_n.py",
     var: str = "n",
     scale: int = 1,
+    only: tuple[str, ...] | None = None,
 ) -> TuneFarmDatabase:
     """A database of ``model_file`` (default ``softmax_n.py``) with, per bucket value of
     ``var``, one hand-made record (every loop over ``scale * var`` split by a tile) and its
-    measured time: ``{value: (tile, sec)}``, stored as a tune would store it."""
+    measured time: ``{value: (tile, sec)}``, stored as a tune would store it; with ``only``,
+    of those kernels alone."""
     from tvm.s_tir import meta_schedule as ms
 
     from database import shash_of
@@ -534,7 +536,7 @@ def _softmax_db(
     for bt in bucket_tasks(model.mod, target, {var: sorted(records)}):
         value, (tile, sec) = bt.bucket[var], records[bt.bucket[var]]
         base = bt.task.name.split("[", 1)[0]
-        if base not in family:
+        if base not in family or (only is not None and base not in only):
             continue  # a kernel of the specialized model only (the reshape folds away)
         db.workload_id(bt.task.mod, create=True, task_name=base, family=(family[base], bt.bucket))
         sch = tvm.s_tir.Schedule(bt.task.mod)
@@ -1057,3 +1059,76 @@ def test_a_timed_range_kernel_is_priced_by_its_own_time(tmp_path, llvm_target) -
         _, plans = add_dispatch(prepare(model.mod, llvm_target), llvm_target, db)
     ranges = [bk for bk in plans["matmul"].buckets if not bk.static]
     assert [(bk.tile, bk.mean_sec) for bk in ranges] == [(1, pytest.approx(1.5e-6))]
+
+
+def test_a_padded_output_feeds_the_next_padded_kernel_without_a_crop_and_a_pad(
+    tmp_path, llvm_target
+) -> None:
+    """Between buckets, ``c = b @ w`` takes ``b``'s padded output as it is: its padded rows
+    reach only padded rows of ``c`` (``free_inputs``), so the crop of ``b`` and the pad of it
+    again go; ``b = a @ x`` reduces over ``s`` and still gets ``a`` cropped and zero-padded;
+    ``x``, padded alike for three kernels, is padded once. Every value matches numpy, in
+    every region."""
+    from tuner.symbolic.rangekernel import free_inputs
+
+    model = load_model(DATA / "shared_matmuls.py")
+    db = _softmax_db(tmp_path / "mm.db", llvm_target, {64: (16, 1e-6)}, "shared_matmuls.py", "s")
+    with llvm_target, db:
+        applied, _ = add_dispatch(prepare(model.mod, llvm_target), llvm_target, db)
+    region = applied["main_dispatch_s_le63"].script()
+    # x padded once (for the transpose, x @ x^T and (x @ x^T) @ x alike), a padded again;
+    # the transpose's output and b's go on padded; a cropped, and c (6 pads, 4 crops before)
+    assert region.count("tunefarm_pad") == 2 and region.count("tunefarm_crop") == 2, region
+    values = [5, 17, 63, 64, 70]
+    results = bench(model, llvm_target, db, [{"s": v} for v in values], repeat=1, min_repeat_ms=1)
+    assert all(r.agree for r in results), [(r.agree, r.max_abs_err) for r in results]
+    norm = normalize(prepare(model.mod, llvm_target)["matmul1"])["main"]
+    pads = pad_values(norm, "s")
+    assert free_inputs(norm, "s", pads) == frozenset()  # a @ x: both reduce over s
+    norm2 = normalize(prepare(model.mod, llvm_target)["matmul2"])["main"]
+    assert free_inputs(norm2, "s", pad_values(norm2, "s")) == {norm2.params[0].name}
+
+
+def test_a_region_that_would_read_another_blocks_padded_tensor_keeps_its_crops() -> None:
+    """A padded tensor is handed on only inside its dataflow block: a function in which a
+    block reads a dataflow variable of another is caught (and built with every crop)."""
+    from tvm import relax
+
+    from tuner.symbolic.dispatch import _dataflow_scoped
+
+    x = relax.Var("x", relax.TensorType([4], "float32"))
+    d1 = relax.DataflowVar("d1", relax.TensorType([4], "float32"))
+    d2 = relax.DataflowVar("d2", relax.TensorType([4], "float32"))
+    out = relax.Var("out", relax.TensorType([4], "float32"))
+    first = relax.DataflowBlock([relax.VarBinding(d1, relax.op.add(x, x))])
+    good = relax.DataflowBlock(
+        [relax.VarBinding(d2, relax.op.add(x, x)), relax.VarBinding(out, relax.op.add(d2, x))]
+    )
+    bad = relax.DataflowBlock([relax.VarBinding(out, relax.op.add(d1, x))])
+    ty = relax.TensorType([4], "float32")
+    ok = relax.Function([x], relax.SeqExpr([first, good], out), ty)
+    broken = relax.Function([x], relax.SeqExpr([first, bad], out), ty)
+    assert _dataflow_scoped(ok) and not _dataflow_scoped(broken)
+
+
+def test_a_generic_kernel_between_padded_kernels_runs_on_the_padded_rows(
+    tmp_path, llvm_target
+) -> None:
+    """Between buckets the layer norm between two bucket matmuls has no record, so it runs its
+    generic code; that code is valid at every extent and its rows are independent, so it runs
+    on the first matmul's padded output as it is, and the second matmul takes its padded
+    output in turn: one pad (x) and one crop (y) in the region instead of two of each."""
+    model = load_model(DATA / "norm_between_matmuls.py")
+    only = ("matmul", "matmul1")
+    path = tmp_path / "n.db"
+    db = _softmax_db(path, llvm_target, {64: (16, 1e-6)}, "norm_between_matmuls.py", "s", 1, only)
+    with llvm_target, db:
+        applied, _ = add_dispatch(prepare(model.mod, llvm_target), llvm_target, db)
+    region = applied["main_dispatch_s_le63"].script()
+    assert region.count("tunefarm_pad") == 1 and region.count("tunefarm_crop") == 1, region
+    assert "layer_norm, (lv" in region.replace("R.call_tir(", ""), region
+    values = [1, 5, 17, 63, 64, 70]
+    results = bench(model, llvm_target, db, [{"s": v} for v in values], repeat=1, min_repeat_ms=1)
+    for value, res in zip(values, results, strict=True):
+        assert res.agree, (value, res.max_abs_err)
+        assert res.kernels["layer_norm"] == "generic", res.kernels

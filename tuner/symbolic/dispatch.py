@@ -50,9 +50,10 @@ from tvm import relax, tirx
 from database import TuneFarmDatabase, shash_of
 from tuner.pipeline import normalize
 from tuner.symbolic.buckets import bind_kernel
-from tuner.symbolic.padding import CopyKernels
+from tuner.symbolic.padding import CopyKernels, cut_axes, provably_equal
 from tuner.symbolic.rangekernel import (
     coefficient,
+    free_inputs,
     instance_points,
     instances,
     is_default,
@@ -62,6 +63,7 @@ from tuner.symbolic.rangekernel import (
     rewrite_tiles,
     static_key,
     symbolic_var,
+    uses_var,
     work_degree,
 )
 from tuner.symbolic.walk import dim_vars, param_dims
@@ -314,6 +316,8 @@ class _Plan:
     dispatch: KernelDispatch
     kernels: list[tuple[BucketKernel, tirx.PrimFunc]] = field(default_factory=list)
     pads: tuple[float, ...] = ()  # per kernel input: the value its padding holds
+    # per kernel input: whether its padding may hold anything (rangekernel.free_inputs)
+    free: tuple[bool, ...] = ()
 
 
 def offers_range(tile: int, degree: int) -> bool:
@@ -348,7 +352,12 @@ def _plan(
     if pads is None:
         return _Plan(KernelDispatch(name, var.name, reason=f"reduces over {var.name}"))
     inputs = norm["main"].params[:-1]
-    plan = _Plan(KernelDispatch(name, var.name), pads=tuple(pads.get(p.name, 0.0) for p in inputs))
+    free = free_inputs(norm["main"], var.name, pads)
+    plan = _Plan(
+        KernelDispatch(name, var.name),
+        pads=tuple(pads.get(p.name, 0.0) for p in inputs),
+        free=tuple(p.name in free for p in inputs),
+    )
     generic: list[tuple[int, float]] = []
     default_won = 0  # buckets whose best record is the untuned default schedule
     family = shash_of(norm)
@@ -528,9 +537,14 @@ def _emit_branch(
     m = tirx.floordiv(extent + (tile - 1), tile)
     padded = tirx.IntImm("int64", tile) if static else m * tile
     padded_args = []
-    for arg, axes, pad in zip(args, site.pad_axes, site.plan.pads, strict=True):
+    free = site.plan.free or (False,) * len(args)
+    for arg, axes, pad, anything in zip(args, site.pad_axes, site.plan.pads, free, strict=True):
         if tile > 1 and axes:  # tile 1: nothing to pad
-            arg = copies.pad(builder, arg, {axis: padded * c for axis, c in axes}, pad)
+            extents = {axis: padded * c for axis, c in axes}
+            # an input whose padding may hold anything takes the tensor a crop was cut
+            # from, when that is already padded to these extents (the crop then goes unused)
+            uncut = copies.uncropped(builder, arg, extents) if anything else None
+            arg = uncut if uncut is not None else copies.pad(builder, arg, extents, pad)
         padded_args.append(arg)
     out_shape = list(out_sinfo.shape.values)
     for axis, c in site.out_axes if tile > 1 else ():  # tile 1: the extent itself
@@ -692,6 +706,7 @@ def _specialize(
     one branch per call; each copy keeps its dataflow block, so its memory is planned as the
     untuned build's is."""
     names = list(regions)
+    free_of: dict[str, frozenset[int] | None] = {}
 
     @relax.expr_functor.mutator
     class _Inline(relax.PyExprMutator):
@@ -702,11 +717,10 @@ def _specialize(
         def visit_call_(self, op: relax.Call) -> relax.Expr:
             call = super().visit_call_(op)
             site = _site(call, prepared, active) if isinstance(call, relax.Call) else None
-            if site is None:
-                return call
-            bk = _choice(site.plan.dispatch, self.values[site.model_var.name])
-            if bk is None:
-                return call
+            bk = _choice(site.plan.dispatch, self.values[site.model_var.name]) if site else None
+            if site is None or bk is None:  # the generic kernel
+                padded = _generic_on_padded(self.builder_, copies, call, prepared, free_of)
+                return call if padded is None else padded
             args = list(call.args[1].fields)
             return _emit_branch(
                 self.builder_,
@@ -721,6 +735,17 @@ def _specialize(
 
     def region_gv(values: dict[str, int | None]) -> relax.GlobalVar:
         body = _Inline(values).visit_expr(relax.utils.copy_with_new_vars(func))
+        # one pad of a tensor for all the kernels that pad it alike (BERT's q, k and v
+        # projections of one hidden state), then no crop that no kernel reads any more
+        body = relax.transform.EliminateCommonSubexpr()(tvm.IRModule({"region": body}))
+        body = relax.analysis.remove_all_unused(body["region"])
+        if not _dataflow_scoped(body):
+            # a padded tensor handed on across dataflow blocks: build it with every crop
+            copies.reuse_padded = False
+            try:
+                body = _Inline(values).visit_expr(relax.utils.copy_with_new_vars(func))
+            finally:
+                copies.reuse_padded = True
         tag = "_".join(
             f"{n}_{'le' + str(v) if v is not None else 'above'}" for n, v in values.items()
         )
@@ -730,13 +755,13 @@ def _specialize(
         )
 
     combos = [dict(zip(names, c, strict=True)) for c in itertools.product(*regions.values())]
-    copies = {tuple(c.values()): region_gv(c) for c in combos}
+    region_gvs = {tuple(c.values()): region_gv(c) for c in combos}
     params = [relax.Var(p.name, p.ty) for p in func.params]
     defined = _param_vars(params)
 
     def chain(i: int, values: dict[str, int | None]) -> relax.Expr:
         if i == len(names):
-            return relax.Call(copies[tuple(values.values())], params)
+            return relax.Call(region_gvs[tuple(values.values())], params)
         name, var, uppers = names[i], defined[names[i]], regions[names[i]]
 
         def tree(lo: int, hi: int) -> relax.Expr:
@@ -754,6 +779,100 @@ def _specialize(
         out = fb.emit(chain(0, {}))
         fb.emit_func_output(out)
     return fb.get()[gv.name_hint]
+
+
+def _free_params(
+    func: tirx.PrimFunc, cache: dict[str, frozenset[int] | None], name: str
+) -> frozenset[int] | None:
+    """The positions of ``func``'s inputs whose padding may hold anything
+    (:func:`~tuner.symbolic.rangekernel.free_inputs`; None: it has no one symbolic variable
+    or cannot be padded), cached by kernel name."""
+    if name not in cache:
+        norm = normalize(func)["main"]
+        var = symbolic_var(norm)
+        pads = pad_values(norm, var.name) if var is not None else None
+        found = None
+        if var is not None and pads is not None:
+            free = free_inputs(norm, var.name, pads)
+            found = frozenset(i for i, p in enumerate(norm.params[:-1]) if p.name in free)
+        cache[name] = found
+    return cache[name]
+
+
+def _generic_on_padded(
+    builder: relax.BlockBuilder,
+    copies: CopyKernels,
+    call: relax.Expr,
+    prepared: tvm.IRModule,
+    cache: dict[str, frozenset[int] | None],
+) -> relax.Expr | None:
+    """A generic kernel (valid at every extent) run on the padded tensors its inputs were
+    cropped from, its output cropped in turn (that crop goes unused where every reader takes
+    the padded tensor too): when each input along the variable is such a crop, all padded to
+    one extent, and its padding may hold anything for the kernel. None otherwise."""
+    if not (isinstance(call, relax.Call) and call.op.same_as(_CALL_TIR)) or len(call.args) != 2:
+        return None
+    out_ty = call.ty_args[0] if len(call.ty_args) == 1 else None
+    callee = call.args[0]
+    func = prepared.functions.get(callee) if isinstance(callee, relax.GlobalVar) else None
+    if not isinstance(out_ty, relax.TensorType) or not isinstance(func, tirx.PrimFunc):
+        return None
+    args = list(call.args[1].fields)
+    if len(func.params) != len(args) + 1 or not all(
+        isinstance(a.ty, relax.TensorType) for a in args
+    ):
+        return None  # a scalar parameter (rows c * b): the kernel reads the variable itself
+    var = [d for d in out_ty.shape.values if isinstance(d, tirx.Var)]
+    if len({v.name for v in var}) != 1:
+        return None
+    var = var[0]
+    free = _free_params(func, cache, callee.name_hint)
+    if free is None:
+        return None
+    padded_to: tvm.ir.PrimExpr | None = None
+    new_args = []
+    for position, arg in enumerate(args):
+        axes = [i for i, d in enumerate(arg.ty.shape.values) if uses_var(d, var.name)]
+        if not axes:
+            new_args.append(arg)
+            continue
+        if position not in free or any(not arg.ty.shape.values[i].same_as(var) for i in axes):
+            return None
+        source = copies.padded_source(builder, arg)
+        if source is None:
+            return None
+        wide = source[1]
+        extent = padded_to if padded_to is not None else wide[axes[0]]
+        if cut_axes(wide, list(arg.ty.shape.values)) != axes or not all(
+            provably_equal(wide[i], extent) for i in axes
+        ):
+            return None
+        padded_to = extent
+        new_args.append(copies.uncropped(builder, arg, dict.fromkeys(axes, extent)))
+    if padded_to is None:
+        return None
+    out_axes = [i for i, d in enumerate(out_ty.shape.values) if uses_var(d, var.name)]
+    if any(not out_ty.shape.values[i].same_as(var) for i in out_axes):
+        return None
+    shape = [padded_to if i in out_axes else d for i, d in enumerate(out_ty.shape.values)]
+    out = builder.emit(relax.call_tir(callee, new_args, relax.TensorType(shape, out_ty.dtype)))
+    return copies.crop(out, dict.fromkeys(out_axes, var))
+
+
+def _dataflow_scoped(func: relax.Function) -> bool:
+    """Whether every dataflow variable ``func`` reads is one its own block defines (the
+    check of TVM's well-formedness that handing a padded tensor on could break)."""
+    body = func.body
+    if not isinstance(body, relax.SeqExpr):
+        return True
+    for block in body.blocks:
+        dataflow = isinstance(block, relax.DataflowBlock)
+        defined = {b.var for b in block.bindings} if dataflow else set()
+        for binding in block.bindings:
+            used = relax.analysis.free_vars(binding.value)
+            if any(isinstance(v, relax.DataflowVar) and v not in defined for v in used):
+                return False
+    return not any(isinstance(v, relax.DataflowVar) for v in relax.analysis.free_vars(body.body))
 
 
 def add_dispatch(

@@ -10,6 +10,7 @@ per axis that ``LegalizeOps`` emits, took 13.8 µs.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import tvm
@@ -61,12 +62,52 @@ def crop_kernel(shape: Sequence[tvm.ir.PrimExpr], axes: Sequence[int], dtype: st
     return _kernel([full, te.compute(narrow, lambda *idx: full(*idx), name="crop")], "crop")
 
 
+_CALL_TIR = tvm.ir.Op.get("relax.call_tir")
+_RESHAPE = tvm.ir.Op.get("relax.reshape")
+_ANALYZER = tvm.sym.Analyzer()
+
+
+def provably_equal(a: tvm.ir.PrimExpr, b: tvm.ir.PrimExpr) -> bool:
+    return bool(_ANALYZER.can_prove_equal(a, b))
+
+
+def cut_axes(wide: Sequence[tvm.ir.PrimExpr], narrow: Sequence[tvm.ir.PrimExpr]) -> list[int]:
+    """The axes along which ``narrow`` is not provably ``wide``'s extent."""
+    return [
+        i for i, (a, b) in enumerate(zip(wide, narrow, strict=True)) if not provably_equal(a, b)
+    ]
+
+
+def _reshaped(
+    narrow: list[tvm.ir.PrimExpr], wide: list[tvm.ir.PrimExpr], target: list[tvm.ir.PrimExpr]
+) -> list[tvm.ir.PrimExpr] | None:
+    """``target`` (a reshape of ``narrow``) for the padded ``wide``, when ``narrow`` differs
+    from ``wide`` on one axis, ``target`` has one axis that is not a constant, that one is the
+    same dim, and the constant dims before it and after it hold as many elements in both."""
+    cut = cut_axes(wide, narrow)
+    open_ = [i for i, d in enumerate(target) if not isinstance(d, tirx.IntImm)]
+    if len(cut) != 1 or len(open_) != 1 or not provably_equal(narrow[cut[0]], target[open_[0]]):
+        return None
+    (a,), (b,) = cut, open_
+    dims = [*narrow[:a], *narrow[a + 1 :], *target[:b], *target[b + 1 :]]
+    if not all(isinstance(d, tirx.IntImm) for d in dims):
+        return None
+
+    def prod(ds: list[tvm.ir.PrimExpr]) -> int:
+        return math.prod(int(d) for d in ds)
+
+    if prod(narrow[:a]) != prod(target[:b]) or prod(narrow[a + 1 :]) != prod(target[b + 1 :]):
+        return None
+    return [*target[:b], wide[a], *target[b + 1 :]]
+
+
 class CopyKernels:
     """The pad and crop kernels of a module, added to ``bb`` once per buffer layout."""
 
     def __init__(self, bb: relax.BlockBuilder) -> None:
         self.bb = bb
         self._gvs: dict[tuple, relax.GlobalVar] = {}
+        self.reuse_padded = True  # whether uncropped() may hand a padded tensor on
 
     def _gv(self, key: tuple, make: Callable[[], tirx.PrimFunc]) -> relax.GlobalVar:
         """The kernel of ``key``, made and added on first use."""
@@ -93,6 +134,61 @@ class CopyKernels:
         gv = self._gv(key, lambda: pad_kernel(ty.shape.values, axes, ty.dtype, value))
         shape = [extents.get(i, d) for i, d in enumerate(ty.shape.values)]
         return builder.emit(relax.call_tir(gv, [x], relax.TensorType(shape, ty.dtype)))
+
+    def uncropped(
+        self, builder: relax.BlockBuilder, x: relax.Expr, extents: dict[int, tvm.ir.PrimExpr]
+    ) -> relax.Expr | None:
+        """The tensor ``x`` was cropped from, padding and all, when it is padded to ``extents``
+        on exactly those axes; else None. ``x`` is a crop bound in ``builder``'s current block,
+        or reshapes of one (``[s, H]`` to ``[1, s, H]``, ``[1, s, 2, 64]``) that keep one
+        padded axis whole, with as many elements before it and after it in both shapes: those
+        are then emitted on the padded tensor, so its padded rows stay the padded rows."""
+        found = self.padded_source(builder, x)
+        if found is None:
+            return None
+        full, wide, steps = found
+        if cut_axes(wide, list(x.ty.shape.values)) != sorted(extents):
+            return None
+        if not all(provably_equal(wide[i], e) for i, e in extents.items()):
+            return None
+        for shape in steps:
+            full = builder.emit(relax.op.reshape(full, shape))
+        return full
+
+    def padded_source(
+        self, builder: relax.BlockBuilder, x: relax.Expr
+    ) -> tuple[relax.Expr, list[tvm.ir.PrimExpr], list[list[tvm.ir.PrimExpr]]] | None:
+        """Where ``x`` was cropped from: (the padded tensor, ``x``'s shape padded as it is,
+        the reshapes that make the one of the other; see :meth:`uncropped`), or None."""
+        if not self.reuse_padded:
+            return None
+        targets = []  # the reshapes from the crop out to x, outermost first
+        value: relax.Expr | None = x
+        while True:
+            while isinstance(value, relax.Var):
+                value = builder.lookup_binding(value)
+            if not isinstance(value, relax.Call):
+                return None
+            if value.op.same_as(_RESHAPE):
+                targets.append(list(value.ty.shape.values))
+                value = value.args[0]
+                continue
+            break
+        if not value.op.same_as(_CALL_TIR):
+            return None
+        callee = value.args[0]
+        if not any(k[0] == "crop" and gv.same_as(callee) for k, gv in self._gvs.items()):
+            return None
+        (full,) = value.args[1].fields
+        narrow, wide = list(value.ty.shape.values), list(full.ty.shape.values)
+        steps = []
+        for target in reversed(targets):
+            step = _reshaped(narrow, wide, target)
+            if step is None:
+                return None
+            steps.append(step)
+            narrow, wide = target, step
+        return full, wide, steps
 
     def crop(self, x: relax.Expr, extents: dict[int, tvm.ir.PrimExpr]) -> relax.Expr:
         """``x`` cropped to ``extents`` (axis: extent) from index 0 (not emitted)."""

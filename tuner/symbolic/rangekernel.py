@@ -38,7 +38,7 @@ class _SymbolicTile(Exception):
         self.inst = inst
 
 
-def _uses(expr: Any, var_name: str) -> bool:
+def uses_var(expr: Any, var_name: str) -> bool:
     return any(v.name == var_name for v in dim_vars(expr))
 
 
@@ -87,12 +87,12 @@ def pad_values(func: tirx.PrimFunc, var_name: str) -> dict[str, float] | None:
     arithmetic uses ``n`` itself (a mean divides by it) cannot be padded."""
     for param in func.params:
         for dim in getattr(param, "shape", None) or ():
-            if _uses(dim, var_name) and coefficient(dim, var_name) is None:
+            if uses_var(dim, var_name) and coefficient(dim, var_name) is None:
                 return None
     padded_inputs = [
         p.name
         for p in func.params[:-1]
-        if any(_uses(d, var_name) for d in getattr(p, "shape", None) or ())
+        if any(uses_var(d, var_name) for d in getattr(p, "shape", None) or ())
     ]
     blocks = _blocks_in_order(func)
     for choice in itertools.product(_PADS, repeat=len(padded_inputs)):
@@ -102,13 +102,27 @@ def pad_values(func: tirx.PrimFunc, var_name: str) -> dict[str, float] | None:
     return None
 
 
+def free_inputs(func: tirx.PrimFunc, var_name: str, pads: dict[str, float]) -> frozenset[str]:
+    """The padded inputs of ``func`` whose padding may hold anything, all at once, with the
+    others padded as ``pads`` says: a data-parallel input (``x`` of ``x @ W``, either side of
+    an add) whose padded rows reach only padded rows of the output. Such an input can be
+    handed the previous kernel's padded output as it is, padding and all, instead of a crop
+    and a new pad. Empty when no input is free or not all the free ones together."""
+    blocks = _blocks_in_order(func)
+    base = {k: _STATE_OF_PAD[v] for k, v in pads.items()}
+    free = [k for k in pads if _neutral(blocks, var_name, {**base, k: ANY})]
+    if len(free) > 1 and not _neutral(blocks, var_name, {**base, **dict.fromkeys(free, ANY)}):
+        return frozenset()
+    return frozenset(free)
+
+
 def work_degree(func: tirx.PrimFunc, var_name: str) -> int:
     """How many loop axes over ``var_name`` the busiest block has: the kernel's work grows
     as ``n ** degree`` (1 for ``x @ W``, 2 for ``q @ k^T`` over ``s x s``)."""
     return (
         max(
             (
-                sum(_uses(iv.dom.extent, var_name) for iv in b.iter_vars)
+                sum(uses_var(iv.dom.extent, var_name) for iv in b.iter_vars)
                 for b in _blocks_in_order(func)
             ),
             default=1,
@@ -139,9 +153,9 @@ def _neutral(blocks: list[Any], var_name: str, inputs: dict[str, str]) -> bool:
         if type(store).__name__ != "BufferStore":
             return False
         init = getattr(block.init, "value", None)
-        if _uses(store.value, var_name) or (init is not None and _uses(init, var_name)):
+        if uses_var(store.value, var_name) or (init is not None and uses_var(init, var_name)):
             return False  # arithmetic on n itself (a mean divides by n): padding changes it
-        v_iters = [iv for iv in block.iter_vars if _uses(iv.dom.extent, var_name)]
+        v_iters = [iv for iv in block.iter_vars if uses_var(iv.dom.extent, var_name)]
         if not v_iters:
             continue
         reduce = [iv.var for iv in v_iters if int(iv.iter_type) != 0]
@@ -164,7 +178,7 @@ def _neutral(blocks: list[Any], var_name: str, inputs: dict[str, str]) -> bool:
             continue
         states: dict[int, str] = {}
         for axis, index in enumerate(store.indices):
-            padded = {iv.var.name for iv in v_iters if _uses(index, iv.var.name)}
+            padded = {iv.var.name for iv in v_iters if uses_var(index, iv.var.name)}
             if padded:
                 states[axis] = _state(store.value, padded, inputs, axis_state)
         axis_state[out] = states

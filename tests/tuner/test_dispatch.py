@@ -519,11 +519,12 @@ def _softmax_db(
     var: str = "n",
     scale: int = 1,
     only: tuple[str, ...] | None = None,
+    tile_of: dict[str, int] | None = None,
 ) -> TuneFarmDatabase:
     """A database of ``model_file`` (default ``softmax_n.py``) with, per bucket value of
     ``var``, one hand-made record (every loop over ``scale * var`` split by a tile) and its
     measured time: ``{value: (tile, sec)}``, stored as a tune would store it; with ``only``,
-    of those kernels alone."""
+    of those kernels alone; ``tile_of`` gives some kernels another tile."""
     from tvm.s_tir import meta_schedule as ms
 
     from database import shash_of
@@ -543,7 +544,8 @@ def _softmax_db(
         for block in sch.get_child_blocks(sch.get_sblock("root")):
             for loop in sch.get_loops(block):
                 if int(sch.get(loop).extent) == value * scale:  # every loop over var
-                    decision = [value * scale // tile, tile]
+                    t = (tile_of or {}).get(base, tile)
+                    decision = [value * scale // t, t]
                     sch.split(loop, sch.sample_perfect_tile(loop, n=2, decision=decision))
         db.commit_tuning_record(
             ms.database.TuningRecord(
@@ -1111,24 +1113,34 @@ def test_a_region_that_would_read_another_blocks_padded_tensor_keeps_its_crops()
     assert _dataflow_scoped(ok) and not _dataflow_scoped(broken)
 
 
-def test_a_generic_kernel_between_padded_kernels_runs_on_the_padded_rows(
-    tmp_path, llvm_target
+@pytest.mark.parametrize("norm_kernel", ["generic", "range of tile 1"])
+def test_a_kernel_of_any_extent_between_padded_kernels_runs_on_the_padded_rows(
+    tmp_path, llvm_target, norm_kernel: str
 ) -> None:
-    """Between buckets the layer norm between two bucket matmuls has no record, so it runs its
-    generic code; that code is valid at every extent and its rows are independent, so it runs
-    on the first matmul's padded output as it is, and the second matmul takes its padded
-    output in turn: one pad (x) and one crop (y) in the region instead of two of each."""
+    """Between buckets the layer norm between two bucket matmuls runs its generic code (no
+    record) or a range kernel of tile 1 (a record whose rows are not tiled): either is valid
+    at every extent and its rows are independent, so it runs on the first matmul's padded
+    output as it is, and the second matmul takes its padded output in turn: one pad (x) and
+    one crop (y) in the region instead of two of each."""
     model = load_model(DATA / "norm_between_matmuls.py")
-    only = ("matmul", "matmul1")
-    path = tmp_path / "n.db"
-    db = _softmax_db(path, llvm_target, {64: (16, 1e-6)}, "norm_between_matmuls.py", "s", 1, only)
+    generic = norm_kernel == "generic"
+    only = ("matmul", "matmul1") if generic else None
+    db = _softmax_db(
+        tmp_path / "n.db",
+        llvm_target,
+        {64: (16, 1e-6)},
+        "norm_between_matmuls.py",
+        "s",
+        only=only,
+        tile_of=None if generic else {"layer_norm": 1},
+    )
     with llvm_target, db:
         applied, _ = add_dispatch(prepare(model.mod, llvm_target), llvm_target, db)
     region = applied["main_dispatch_s_le63"].script()
     assert region.count("tunefarm_pad") == 1 and region.count("tunefarm_crop") == 1, region
-    assert "layer_norm, (lv" in region.replace("R.call_tir(", ""), region
     values = [1, 5, 17, 63, 64, 70]
     results = bench(model, llvm_target, db, [{"s": v} for v in values], repeat=1, min_repeat_ms=1)
     for value, res in zip(values, results, strict=True):
         assert res.agree, (value, res.max_abs_err)
-        assert res.kernels["layer_norm"] == "generic", res.kernels
+        if value < 64:
+            assert res.kernels["layer_norm"] == ("generic" if generic else "s64"), res.kernels

@@ -534,10 +534,19 @@ def _emit_branch(
     takes inputs padded to exactly ``tile`` (its bucket) and no ``m``; at tile 1 (an exact
     one, called at its bucket alone) the inputs as they are."""
     extent = site.model_var
+    free = site.plan.free or (False,) * len(args)
+    if tile == 1 and not static:  # a range kernel of tile 1 runs at any extent: padded too
+        positions = frozenset(i for i, f in enumerate(free) if f)
+        found = _on_padded_rows(builder, copies, args, extent, positions, out_sinfo)
+        if found is not None:
+            tensors = [a for a in found[0] if isinstance(a.ty, relax.TensorType)]
+            out = builder.emit(
+                relax.call_tir(kernel_gv, [*tensors, relax.prim_value(found[2])], found[1])
+            )
+            return copies.crop(out, {i: extent for i in _var_axes(out_sinfo, extent)})
     m = tirx.floordiv(extent + (tile - 1), tile)
     padded = tirx.IntImm("int64", tile) if static else m * tile
     padded_args = []
-    free = site.plan.free or (False,) * len(args)
     for arg, axes, pad, anything in zip(args, site.pad_axes, site.plan.pads, free, strict=True):
         if tile > 1 and axes:  # tile 1: nothing to pad
             extents = {axis: padded * c for axis, c in axes}
@@ -829,10 +838,34 @@ def _generic_on_padded(
     free = _free_params(func, cache, callee.name_hint)
     if free is None:
         return None
+    found = _on_padded_rows(builder, copies, args, var, free, out_ty)
+    if found is None:
+        return None
+    new_args, out_ty_padded, _ = found
+    out = builder.emit(relax.call_tir(callee, new_args, out_ty_padded))
+    return copies.crop(out, {i: var for i in _var_axes(out_ty, var)})
+
+
+def _var_axes(ty: relax.TensorType, var: tirx.Var) -> list[int]:
+    return [i for i, d in enumerate(ty.shape.values) if uses_var(d, var.name)]
+
+
+def _on_padded_rows(
+    builder: relax.BlockBuilder,
+    copies: CopyKernels,
+    args: list[relax.Expr],
+    var: tirx.Var,
+    free: frozenset[int],
+    out_ty: relax.TensorType,
+) -> tuple[list[relax.Expr], relax.TensorType, tvm.ir.PrimExpr] | None:
+    """For a kernel valid at every extent of ``var`` (generic code, a range kernel of tile 1):
+    its arguments replaced by the padded tensors they were cropped from, its output type at
+    that padded extent, and the extent; None unless every input along ``var`` (each dim
+    ``var`` itself) is such a crop, all padded to one extent, and in ``free``."""
     padded_to: tvm.ir.PrimExpr | None = None
     new_args = []
     for position, arg in enumerate(args):
-        axes = [i for i, d in enumerate(arg.ty.shape.values) if uses_var(d, var.name)]
+        axes = _var_axes(arg.ty, var) if isinstance(arg.ty, relax.TensorType) else []
         if not axes:
             new_args.append(arg)
             continue
@@ -849,14 +882,11 @@ def _generic_on_padded(
             return None
         padded_to = extent
         new_args.append(copies.uncropped(builder, arg, dict.fromkeys(axes, extent)))
-    if padded_to is None:
-        return None
-    out_axes = [i for i, d in enumerate(out_ty.shape.values) if uses_var(d, var.name)]
-    if any(not out_ty.shape.values[i].same_as(var) for i in out_axes):
+    out_axes = _var_axes(out_ty, var)
+    if padded_to is None or any(not out_ty.shape.values[i].same_as(var) for i in out_axes):
         return None
     shape = [padded_to if i in out_axes else d for i, d in enumerate(out_ty.shape.values)]
-    out = builder.emit(relax.call_tir(callee, new_args, relax.TensorType(shape, out_ty.dtype)))
-    return copies.crop(out, dict.fromkeys(out_axes, var))
+    return new_args, relax.TensorType(shape, out_ty.dtype), padded_to
 
 
 def _dataflow_scoped(func: relax.Function) -> bool:

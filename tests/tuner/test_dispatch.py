@@ -1144,3 +1144,22 @@ def test_a_kernel_of_any_extent_between_padded_kernels_runs_on_the_padded_rows(
         assert res.agree, (value, res.max_abs_err)
         if value < 64:
             assert res.kernels["layer_norm"] == ("generic" if generic else "s64"), res.kernels
+
+
+def test_a_kernel_written_without_blocks_is_left_on_its_cropped_inputs() -> None:
+    """GPT-2's position ids are a cumsum over ``s``, legalized to a plain loop with no blocks:
+    the padding analysis cannot read it, so it is never run on padded rows (it broke the
+    build of every GPT-2 region when it was asked)."""
+    from tvm import relax
+
+    from tuner.symbolic.dispatch import _free_params
+
+    s = tvm.tirx.Var("s", "int64")
+    x = relax.Var("x", relax.TensorType([1, s], "int64"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.cumsum(x, axis=1))
+        bb.emit_func_output(out)
+    func = prepare(bb.get(), tvm.target.Target({"kind": "llvm"}))["cumsum"]
+    assert _free_params(func, {}, "cumsum") is None

@@ -46,6 +46,7 @@ from typing import Any
 
 import tvm
 from tvm import relax, tirx
+from tvm.s_tir.schedule import ScheduleError
 
 from database import TuneFarmDatabase, shash_of
 from tuner.pipeline import normalize
@@ -797,13 +798,16 @@ def _free_params(
     (:func:`~tuner.symbolic.rangekernel.free_inputs`; None: it has no one symbolic variable
     or cannot be padded), cached by kernel name."""
     if name not in cache:
-        norm = normalize(func)["main"]
-        var = symbolic_var(norm)
-        pads = pad_values(norm, var.name) if var is not None else None
         found = None
-        if var is not None and pads is not None:
-            free = free_inputs(norm, var.name, pads)
-            found = frozenset(i for i, p in enumerate(norm.params[:-1]) if p.name in free)
+        try:
+            norm = normalize(func)["main"]
+            var = symbolic_var(norm)
+            pads = pad_values(norm, var.name) if var is not None else None
+            if var is not None and pads is not None:
+                free = free_inputs(norm, var.name, pads)
+                found = frozenset(i for i, p in enumerate(norm.params[:-1]) if p.name in free)
+        except ScheduleError:  # a kernel written without blocks (GPT-2's cumsum loop)
+            found = None
         cache[name] = found
     return cache[name]
 

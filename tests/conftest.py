@@ -163,6 +163,26 @@ def matmul_mod(n: int = 16, k: int = 16, m: int = 16, block: str = "C") -> tvm.I
     return normalize(te.create_prim_func([a, b, c]))
 
 
+def store_bucket_record(
+    db: Any, bt: Any, family: str, trace: Any, sec: float, target: tvm.target.Target
+) -> None:
+    """Store ``trace`` for the bucket task ``bt`` as a tune would: its workload linked to the
+    symbolic kernel's ``family`` (structural hash) and bucket, one record taking ``sec``."""
+    from tvm.s_tir import meta_schedule as ms
+
+    base = bt.task.name.split("[", 1)[0]
+    db.workload_id(bt.task.mod, create=True, task_name=base, family=(family, bt.bucket))
+    db.commit_tuning_record(
+        ms.database.TuningRecord(
+            trace,
+            db.commit_workload(bt.task.mod),
+            run_secs=[sec],
+            target=target,
+            args_info=ms.arg_info.ArgInfo.from_prim_func(bt.task.mod["main"]),
+        )
+    )
+
+
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'tf.db'}"

@@ -9,7 +9,7 @@ import pytest
 import tvm
 
 from database import Storage, TuneFarmDatabase, shash_of
-from tests.conftest import DATA
+from tests.conftest import DATA, store_bucket_record
 from tuner.bench import bench, sweep_values
 from tuner.compile import apply_database, compile
 from tuner.errors import TuneFarmError
@@ -525,7 +525,6 @@ def _softmax_db(
     ``var``, one hand-made record (every loop over ``scale * var`` split by a tile) and its
     measured time: ``{value: (tile, sec)}``, stored as a tune would store it; with ``only``,
     of those kernels alone; ``tile_of`` gives some kernels another tile."""
-    from tvm.s_tir import meta_schedule as ms
 
     from database import shash_of
     from tuner.pipeline import extract_tasks
@@ -539,7 +538,6 @@ def _softmax_db(
         base = bt.task.name.split("[", 1)[0]
         if base not in family or (only is not None and base not in only):
             continue  # a kernel of the specialized model only (the reshape folds away)
-        db.workload_id(bt.task.mod, create=True, task_name=base, family=(family[base], bt.bucket))
         sch = tvm.s_tir.Schedule(bt.task.mod)
         for block in sch.get_child_blocks(sch.get_sblock("root")):
             for loop in sch.get_loops(block):
@@ -547,15 +545,7 @@ def _softmax_db(
                     t = (tile_of or {}).get(base, tile)
                     decision = [value * scale // t, t]
                     sch.split(loop, sch.sample_perfect_tile(loop, n=2, decision=decision))
-        db.commit_tuning_record(
-            ms.database.TuningRecord(
-                sch.trace,
-                db.commit_workload(bt.task.mod),
-                run_secs=[sec],
-                target=target,
-                args_info=ms.arg_info.ArgInfo.from_prim_func(bt.task.mod["main"]),
-            )
-        )
+        store_bucket_record(db, bt, family[base], sch.trace, sec, target)
     return db
 
 
@@ -678,7 +668,6 @@ def test_softmax_bucket_kernel_is_dispatched_with_inf_padding(tmp_path, llvm_tar
 def _chain_db(path: Path, target: tvm.target.Target) -> TuneFarmDatabase:
     """A database with a hand-made record at n=16 (rows tiled by 8) of the two chained
     kernels of ``dyn_kernels.py``: matmul+relu, then softmax over its rows."""
-    from tvm.s_tir import meta_schedule as ms
 
     from database import shash_of
     from tuner.pipeline import extract_tasks
@@ -691,20 +680,11 @@ def _chain_db(path: Path, target: tvm.target.Target) -> TuneFarmDatabase:
         base = bt.task.name.split("[", 1)[0]
         if base not in ("fused_matmul_add_relu", "softmax"):
             continue
-        db.workload_id(bt.task.mod, create=True, task_name=base, family=(family[base], bt.bucket))
         sch = tvm.s_tir.Schedule(bt.task.mod)
         block = sch.get_child_blocks(sch.get_sblock("root"))[0]
         loop = sch.get_loops(block)[0]  # the rows: n
         sch.split(loop, sch.sample_perfect_tile(loop, n=2, decision=[2, 8]))
-        db.commit_tuning_record(
-            ms.database.TuningRecord(
-                sch.trace,
-                db.commit_workload(bt.task.mod),
-                run_secs=[1e-6],
-                target=target,
-                args_info=ms.arg_info.ArgInfo.from_prim_func(bt.task.mod["main"]),
-            )
-        )
+        store_bucket_record(db, bt, family[base], sch.trace, 1e-6, target)
     return db
 
 

@@ -14,7 +14,7 @@ from tvm.s_tir.meta_schedule.builder import BuilderInput
 from tvm.s_tir.meta_schedule.runner import RunnerInput
 
 from database import TargetKey
-from tests.conftest import DATA, matmul_mod
+from tests.conftest import DATA, matmul_mod, store_bucket_record
 from workers.build import build_artifact
 from workers.config import MeasureConfig
 
@@ -149,7 +149,6 @@ def _sampled_cuda_records(model: Any, target: tvm.target.Target, buckets: dict, 
     """A database with, per bucket task, one schedule sampled from MetaSchedule's CUDA design
     space (first one its postprocessors accept), stored as a tune would store it: a CUDA
     database made without a GPU."""
-    from tvm.s_tir import meta_schedule as ms
 
     from database import Storage, TuneFarmDatabase, shash_of
     from tuner.pipeline import extract_tasks, prepare
@@ -162,16 +161,7 @@ def _sampled_cuda_records(model: Any, target: tvm.target.Target, buckets: dict, 
         sch = _first_valid(bt.task.mod, target, base)
         if sch is None:
             continue
-        db.workload_id(bt.task.mod, create=True, task_name=base, family=(family[base], bt.bucket))
-        db.commit_tuning_record(
-            ms.database.TuningRecord(
-                sch.trace,
-                db.commit_workload(bt.task.mod),
-                run_secs=[1e-5],
-                target=target,
-                args_info=ArgInfo.from_prim_func(bt.task.mod["main"]),
-            )
-        )
+        store_bucket_record(db, bt, family[base], sch.trace, 1e-5, target)
     return db
 
 

@@ -743,17 +743,20 @@ def _specialize(
                 bk.static,
             )
 
-    def region_gv(values: dict[str, int | None]) -> relax.GlobalVar:
+    def inline(values: dict[str, int | None]) -> relax.Function:
         body = _Inline(values).visit_expr(relax.utils.copy_with_new_vars(func))
         # one pad of a tensor for all the kernels that pad it alike (BERT's q, k and v
         # projections of one hidden state), then no crop that no kernel reads any more
         body = relax.transform.EliminateCommonSubexpr()(tvm.IRModule({"region": body}))
-        body = relax.analysis.remove_all_unused(body["region"])
+        return relax.analysis.remove_all_unused(body["region"])
+
+    def region_gv(values: dict[str, int | None]) -> relax.GlobalVar:
+        body = inline(values)
         if not _dataflow_scoped(body):
             # a padded tensor handed on across dataflow blocks: build it with every crop
             copies.reuse_padded = False
             try:
-                body = _Inline(values).visit_expr(relax.utils.copy_with_new_vars(func))
+                body = inline(values)
             finally:
                 copies.reuse_padded = True
         tag = "_".join(

@@ -51,7 +51,7 @@ from tvm.s_tir.schedule import ScheduleError
 from database import TuneFarmDatabase, shash_of
 from tuner.pipeline import normalize
 from tuner.symbolic.buckets import bind_kernel
-from tuner.symbolic.padding import CopyKernels, cut_axes, provably_equal
+from tuner.symbolic.padding import CopyKernels, padded_to
 from tuner.symbolic.rangekernel import (
     coefficient,
     free_inputs,
@@ -317,8 +317,8 @@ class _Plan:
     dispatch: KernelDispatch
     kernels: list[tuple[BucketKernel, tirx.PrimFunc]] = field(default_factory=list)
     pads: tuple[float, ...] = ()  # per kernel input: the value its padding holds
-    # per kernel input: whether its padding may hold anything (rangekernel.free_inputs)
-    free: tuple[bool, ...] = ()
+    # the positions of the kernel inputs whose padding may hold anything (free_inputs)
+    free: frozenset[int] = frozenset()
 
 
 def offers_range(tile: int, degree: int) -> bool:
@@ -357,7 +357,7 @@ def _plan(
     plan = _Plan(
         KernelDispatch(name, var.name),
         pads=tuple(pads.get(p.name, 0.0) for p in inputs),
-        free=tuple(p.name in free for p in inputs),
+        free=frozenset(i for i, p in enumerate(inputs) if p.name in free),
     )
     generic: list[tuple[int, float]] = []
     default_won = 0  # buckets whose best record is the untuned default schedule
@@ -535,10 +535,8 @@ def _emit_branch(
     takes inputs padded to exactly ``tile`` (its bucket) and no ``m``; at tile 1 (an exact
     one, called at its bucket alone) the inputs as they are."""
     extent = site.model_var
-    free = site.plan.free or (False,) * len(args)
     if tile == 1 and not static:  # a range kernel of tile 1 runs at any extent: padded too
-        positions = frozenset(i for i, f in enumerate(free) if f)
-        found = _on_padded_rows(builder, copies, args, extent, positions, out_sinfo)
+        found = _on_padded_rows(builder, copies, args, extent, site.plan.free, out_sinfo)
         if found is not None:
             tensors = [a for a in found[0] if isinstance(a.ty, relax.TensorType)]
             out = builder.emit(
@@ -548,12 +546,12 @@ def _emit_branch(
     m = tirx.floordiv(extent + (tile - 1), tile)
     padded = tirx.IntImm("int64", tile) if static else m * tile
     padded_args = []
-    for arg, axes, pad, anything in zip(args, site.pad_axes, site.plan.pads, free, strict=True):
+    for i, (arg, axes, pad) in enumerate(zip(args, site.pad_axes, site.plan.pads, strict=True)):
         if tile > 1 and axes:  # tile 1: nothing to pad
             extents = {axis: padded * c for axis, c in axes}
             # an input whose padding may hold anything takes the tensor a crop was cut
             # from, when that is already padded to these extents (the crop then goes unused)
-            uncut = copies.uncropped(builder, arg, extents) if anything else None
+            uncut = copies.uncropped(builder, arg, extents) if i in site.plan.free else None
             arg = uncut if uncut is not None else copies.pad(builder, arg, extents, pad)
         padded_args.append(arg)
     out_shape = list(out_sinfo.shape.values)
@@ -869,7 +867,7 @@ def _on_padded_rows(
     its arguments replaced by the padded tensors they were cropped from, its output type at
     that padded extent, and the extent; None unless every input along ``var`` (each dim
     ``var`` itself) is such a crop, all padded to one extent, and in ``free``."""
-    padded_to: tvm.ir.PrimExpr | None = None
+    extent_of: tvm.ir.PrimExpr | None = None  # the one padded extent of every input
     new_args = []
     for position, arg in enumerate(args):
         axes = _var_axes(arg.ty, var) if isinstance(arg.ty, relax.TensorType) else []
@@ -881,19 +879,16 @@ def _on_padded_rows(
         source = copies.padded_source(builder, arg)
         if source is None:
             return None
-        wide = source[1]
-        extent = padded_to if padded_to is not None else wide[axes[0]]
-        if cut_axes(wide, list(arg.ty.shape.values)) != axes or not all(
-            provably_equal(wide[i], extent) for i in axes
-        ):
+        extent = extent_of if extent_of is not None else source[1][axes[0]]
+        if not padded_to(source, arg, dict.fromkeys(axes, extent)):
             return None
-        padded_to = extent
-        new_args.append(copies.uncropped(builder, arg, dict.fromkeys(axes, extent)))
+        extent_of = extent
+        new_args.append(copies.reopened(builder, source))
     out_axes = _var_axes(out_ty, var)
-    if padded_to is None or any(not out_ty.shape.values[i].same_as(var) for i in out_axes):
+    if extent_of is None or any(not out_ty.shape.values[i].same_as(var) for i in out_axes):
         return None
-    shape = [padded_to if i in out_axes else d for i, d in enumerate(out_ty.shape.values)]
-    return new_args, relax.TensorType(shape, out_ty.dtype), padded_to
+    shape = [extent_of if i in out_axes else d for i, d in enumerate(out_ty.shape.values)]
+    return new_args, relax.TensorType(shape, out_ty.dtype), extent_of
 
 
 def _dataflow_scoped(func: relax.Function) -> bool:

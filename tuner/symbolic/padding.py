@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import tvm
 from tvm import relax, te, tirx
@@ -76,6 +77,20 @@ def cut_axes(wide: Sequence[tvm.ir.PrimExpr], narrow: Sequence[tvm.ir.PrimExpr])
     return [
         i for i, (a, b) in enumerate(zip(wide, narrow, strict=True)) if not provably_equal(a, b)
     ]
+
+
+# where a cropped tensor came from: (the padded tensor, the cropped one's shape padded as it
+# is, the reshapes that lead from the one to the other; shapes as lists of PrimExprs)
+PaddedSource = tuple[relax.Expr, list[Any], list[list[Any]]]
+
+
+def padded_to(found: PaddedSource, x: relax.Expr, extents: dict[int, tvm.ir.PrimExpr]) -> bool:
+    """Whether the padded tensor ``found`` that ``x`` was cropped from is padded exactly along
+    the axes of ``extents``, to those extents."""
+    wide = found[1]
+    if cut_axes(wide, list(x.ty.shape.values)) != sorted(extents):
+        return False
+    return all(provably_equal(wide[i], e) for i, e in extents.items())
 
 
 def _reshaped(
@@ -144,20 +159,20 @@ class CopyKernels:
         padded axis whole, with as many elements before it and after it in both shapes: those
         are then emitted on the padded tensor, so its padded rows stay the padded rows."""
         found = self.padded_source(builder, x)
-        if found is None:
+        if found is None or not padded_to(found, x, extents):
             return None
-        full, wide, steps = found
-        if cut_axes(wide, list(x.ty.shape.values)) != sorted(extents):
-            return None
-        if not all(provably_equal(wide[i], e) for i, e in extents.items()):
-            return None
+        return self.reopened(builder, found)
+
+    @staticmethod
+    def reopened(builder: relax.BlockBuilder, found: PaddedSource) -> relax.Expr:
+        """The padded tensor of ``found`` (:meth:`padded_source`) in ``x``'s layout: its
+        reshapes emitted on it."""
+        full, _, steps = found
         for shape in steps:
             full = builder.emit(relax.op.reshape(full, shape))
         return full
 
-    def padded_source(
-        self, builder: relax.BlockBuilder, x: relax.Expr
-    ) -> tuple[relax.Expr, list[tvm.ir.PrimExpr], list[list[tvm.ir.PrimExpr]]] | None:
+    def padded_source(self, builder: relax.BlockBuilder, x: relax.Expr) -> PaddedSource | None:
         """Where ``x`` was cropped from: (the padded tensor, ``x``'s shape padded as it is,
         the reshapes that make the one of the other; see :meth:`uncropped`), or None."""
         if not self.reuse_padded:

@@ -630,15 +630,17 @@ def test_softmax_bucket_kernel_is_dispatched_with_inf_padding(tmp_path, llvm_tar
     results = bench(model, llvm_target, db, [{"n": v} for v in values], repeat=1, min_repeat_ms=1)
     for value, res in zip(values, results, strict=True):
         assert res.agree, (value, res.max_abs_err)
-        # up to 8: the static instance at 8 (the schedule's tile; the range kernel's one tile
-        # of work, with constant shapes); 9..15: the static kernel tuned at 16 (the same
-        # estimated time, and constant shapes), padded to 16; 16: the same unpadded (exact);
-        # above: the range kernel
-        expected = {16: "n16_exact"}.get(value, "n16_static" if 8 < value < 16 else "n16")
-        expected = "n16_at8" if value <= 8 else expected
+        # up to 7: the static instance at 8 (the schedule's tile; the range kernel's one tile
+        # of work, with constant shapes), padded to 8; 8: the same unpadded (exact); 9..15:
+        # the static kernel tuned at 16 (the same estimated time, and constant shapes),
+        # padded to 16; 16: the same unpadded (exact); above: the range kernel
+        expected = {16: "n16_exact", 8: "n16_at8_exact"}.get(
+            value, "n16_static" if 8 < value < 16 else "n16"
+        )
+        expected = "n16_at8" if value < 8 else expected
         assert res.kernels == {"softmax": expected}, (value, res.kernels)
-    # one branch per model call: main picks a region of n (..8, 9..15, 16, 17..), each region
-    # a copy of the model with its kernel calls inline, no per-call dispatch function
+    # one branch per model call: main picks a region of n (..7, 8, 9..15, 16, 17..), each
+    # region a copy of the model with its kernel calls inline, no per-call dispatch function
     with llvm_target, db:
         applied, _ = add_dispatch(prepare(model.mod, llvm_target), llvm_target, db)
     regions = {
@@ -653,16 +655,18 @@ def test_softmax_bucket_kernel_is_dispatched_with_inf_padding(tmp_path, llvm_tar
     ]
     assert (
         set(regions)
-        == {"main_dispatch_n_le8", "main_dispatch_n_le15", "main_dispatch_n_le16"}
-        | {"main_dispatch_n_above"}
-        and len(applied.functions) == 1 + 4 + 5 + 2
-    )  # main, regions, kernels (generic, range, static, exact, instance at 8), copies
+        == {"main_dispatch_n_le7", "main_dispatch_n_le8", "main_dispatch_n_le15"}
+        | {"main_dispatch_n_le16", "main_dispatch_n_above"}
+        and len(applied.functions) == 1 + 5 + 6 + 2
+    )  # main, regions, kernels (generic, range, static, exact, instance at 8 padded and
+    # exact), copies
     # the padded branches share one -inf pad and one crop kernel
     assert sorted(copies) == ["crop", "pad"]
     assert all(" if " not in f.script() for f in regions.values())
     tests = [line for line in applied["main"].script().splitlines() if " if n <= " in line]
-    # four regions by bisection: n <= 15, then n <= 8 or n <= 16 (two levels, not three)
-    assert len(tests) == 3 and len({len(t) - len(t.lstrip()) for t in tests}) == 2
+    # five regions by bisection: n <= 15, then n <= 8 or n <= 16, then n <= 7 (three
+    # levels, not four)
+    assert len(tests) == 4 and len({len(t) - len(t.lstrip()) for t in tests}) == 3
 
 
 def _chain_db(path: Path, target: tvm.target.Target) -> TuneFarmDatabase:

@@ -156,7 +156,7 @@ class BucketKernel:
     @property
     def label(self) -> str:
         if self.origin:
-            return f"static, {self.origin}'s schedule"
+            return f"{'exact' if self.exact else 'static'}, {self.origin}'s schedule"
         return f"tile {self.tile}" if not self.static else "exact" if self.exact else "static"
 
 
@@ -413,6 +413,12 @@ def _plan(
                 sec = mean_sec * (at / value) ** degree
                 bk = BucketKernel(at, at, f"{kname}_at{at}", level, sec, static=True, origin=value)
                 plan.kernels.append((bk, _mark(func_at, name, f"{var.name}={value}@{at}", at)))
+                # and at its point alone, unpadded, as the bucket's exact kernel (ViT at b=4:
+                # without it every instance padded b=4 to 4, a copy in and a copy out)
+                exact = BucketKernel(
+                    at, 1, f"{kname}_at{at}_exact", level, sec, static=True, origin=value
+                )
+                plan.kernels.append((exact, _mark(func_at, name, f"{var.name}={value}@{at}", 1)))
             if value > 1:  # and at the bucket itself, where it pads nothing (its own copy,
                 # marked tile 1, so that a report says which of the two ran)
                 exact = BucketKernel(value, 1, f"{kname}_exact", level, mean_sec, static=True)

@@ -489,6 +489,9 @@ class Planner:
                     scaled = sec * (at / b) ** km.degree
                     name = f"{km.name}{b}_at{at}"
                     kernels.append(BucketKernel(at, at, name, "", scaled, static=True, origin=b))
+                    kernels.append(
+                        BucketKernel(at, 1, f"{name}_x", "", scaled, static=True, origin=b)
+                    )
             lower = b
         return kernels, generic
 

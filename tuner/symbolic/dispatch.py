@@ -294,7 +294,10 @@ def pick_kernel(
     :data:`GENERIC_MARGIN` times faster (to its own bucket's range kernels, also timed at
     ``v``, as to any kernel): the other buckets' estimates at ``v`` are extrapolations
     (BERT's FFN at s=16: the s=64 fine kernel scaled down to 12.4 µs took the s=16 exact
-    kernel's 13.4 µs, and the model ran 1.06x slower there)."""
+    kernel's 13.4 µs, and the model ran 1.06x slower there). A static instance's exact kernel
+    keeps that margin though it is priced from its bucket, not measured at ``v``: its extents
+    are constants, and on ViT (64-trial records) it then took b=12 from tile-1 range kernels
+    (symbolic loops) and the model ran 0.90x the time before (interleaved A/B)."""
     best = min(buckets, key=lambda b: (b.cost(v, degree, buffers), b.value, not b.static))
     exact = next((b for b in buckets if b.exact and b.value == v), None)
     measured_here = best.value == v and not best.origin  # the same bucket's range kernel

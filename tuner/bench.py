@@ -630,6 +630,34 @@ def bench(
     return results
 
 
+def time_build(
+    model: Model,
+    target: tvm.target.Target,
+    db: TuneFarmDatabase,
+    shapes: list[dict[str, int]],
+    *,
+    repeat: int = 3,
+    min_repeat_ms: int = 50,
+    traffic: Mapping[str, Mapping[int, float]] | None = None,
+) -> list[KernelProfile]:
+    """The tuned build at each shape: its time per call (median of ``repeat``) and its
+    kernels timed alone (:mod:`tuner.kernel_profile`), built as ``bench`` builds it
+    (``traffic``: as ``build --shape-profile``), on random inputs; no reference, no other
+    runtime (the planner's calibration between stages)."""
+    if target.kind.name != "llvm":
+        raise TuneFarmError("timing a build runs locally on the CPU; use an llvm target")
+    os.environ.setdefault("TVM_NUM_THREADS", str(bench_threads(target)))
+    ex, _ = compile(model.mod, target, db, traffic=traffic)
+    vm = _VM(ex)
+    rng = np.random.default_rng(0)
+    out = []
+    for shape in shapes:
+        args = [*random_inputs(model.mod["main"], shape, rng, model.num_inputs), *model.params]
+        _, _, timer = vm.first(args, min_repeat_ms)
+        out.append(vm.profile(args, _interleave({"tuned": timer}, repeat)["tuned"][0]))
+    return out
+
+
 def runtimes_table(results: list[BenchResult], title: str) -> Any:
     """The runtimes side by side at each shape (a rich Table), or None when no other runtime
     was asked for: TuneFarm tuned and untuned, the reference (PyTorch eager, numpy) and each

@@ -24,7 +24,13 @@ from tuner.symbolic.dispatch import (
 )
 from tuner.symbolic.planner import Planner
 from tuner.symbolic.profile import ShapeProfile
-from tuner.symbolic.rangekernel import pad_kernel, pad_values, symbolic_var, work_degree
+from tuner.symbolic.rangekernel import (
+    kernel_class,
+    pad_kernel,
+    pad_values,
+    symbolic_var,
+    work_degree,
+)
 
 MODEL = DATA / "dyn_kernels.py"
 
@@ -41,6 +47,15 @@ def test_pad_values_leave_every_reduction_unchanged(llvm_target) -> None:
     assert pads("softmax") == {"h": float("-inf")}
     assert work_degree(normalize(prepared["fused_matmul_add_relu"])["main"], "n") == 1
     assert work_degree(normalize(prepared["matmul1"])["main"], "n") == 2
+    # the planner's gain curves differ by kernel class
+    assert kernel_class(prepared["fused_matmul_add_relu"]) == "contraction"
+    assert kernel_class(prepared["matmul1"]) == "contraction"
+    assert kernel_class(prepared["softmax"]) == "reduction"
+    from tvm import te
+
+    a = te.placeholder((8, 4), name="A")
+    transpose = te.compute((4, 8), lambda i, j: a[j, i], name="T")
+    assert kernel_class(te.create_prim_func([a, transpose])) == "injective"
 
 
 def test_pad_values_of_reductions_over_n() -> None:

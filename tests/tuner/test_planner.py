@@ -18,7 +18,14 @@ from tuner.errors import TuneFarmError
 from tuner.model import load_model
 from tuner.symbolic.buckets import bucket_tasks
 from tuner.symbolic.dispatch import BucketKernel, PadBuffer, choose_intervals, pick_kernel
-from tuner.symbolic.planner import GainCurve, Planner
+from tuner.symbolic.planner import (
+    TAIL_CURVES,
+    Calibration,
+    GainCurve,
+    Planner,
+    TaskModel,
+    family_curve,
+)
 from tuner.symbolic.profile import ShapeProfile
 
 runner = CliRunner()
@@ -68,6 +75,67 @@ def test_gain_curve() -> None:
     c = GainCurve(0.1, 4.0, "test")
     assert c.ratio(0) == 1.0 and c.ratio(1) == 1.0
     assert 0.1 < c.ratio(8) < c.ratio(4) < 1.0 and abs(c.ratio(1000) - 0.1) < 1e-9
+
+
+def test_a_family_curve_is_its_buckets_measured_curve_then_a_slow_tail() -> None:
+    tail = TAIL_CURVES["contraction"]
+    # two buckets' histories (best / default after each record), one shorter
+    curve = family_curve([[1.0, 0.1, 0.05, 0.04], [1.0, 0.3, 0.2]], tail, "family, 2")
+    assert curve.ratio(0) == 1.0 and curve.ratio(1) == 1.0
+    assert curve.ratio(2) == pytest.approx(0.2)  # the median of 0.1 and 0.3
+    # the short history is continued by the tail: 0.2 then a little less
+    assert curve.ratio(4) == pytest.approx((0.04 + 0.2 * tail.ratio(2)) / 2)
+    # past the longest history: the tail from the last point, never below half of it
+    last = curve.ratio(4)
+    assert last * tail.floor < curve.ratio(40) < curve.ratio(8) < last
+
+
+def test_a_task_past_its_jump_expects_only_the_slow_tail() -> None:
+    import tvm
+    from tvm import te
+
+    a = te.placeholder((16, 64), name="A")
+    w = te.placeholder((64, 64), name="W")
+    k = te.reduce_axis((0, 64), name="k")
+    mm = te.compute((16, 64), lambda i, j: te.sum(a[i, k] * w[k, j], axis=k), name="C")
+    mod = tvm.IRModule({"main": te.create_prim_func([a, w, mm])})
+    # a task with 8 records whose best is already 60x its default: the family's curve
+    # (fitted to matmuls that jumped 100x in two trials) must not promise another 2x
+    steep = GainCurve(0.005, 2.0, "contraction, 2 histories")
+    tm = TaskModel("k", 16, 1, mod, 1e6, recorded=8, best_sec=10e-6)
+    tm.default_est, tm.curve, tm.floor_sec = 600e-6, steep, 0.0
+    assert tm.time(8) == pytest.approx(10e-6)
+    assert 10e-6 * TAIL_CURVES["contraction"].ratio(4) == pytest.approx(tm.time(11))
+    assert tm.time(11) > 9e-6  # the fitted curve's own promise: 2.6x faster
+    # a task behind its curve (no gain yet in 2 records) still expects the jump
+    behind = TaskModel("k", 16, 1, mod, 1e6, recorded=2, best_sec=600e-6)
+    behind.default_est, behind.curve, behind.floor_sec = 600e-6, steep, 0.0
+    assert behind.time(10) < 60e-6
+
+
+def test_calibration_anchors_the_model_to_the_timed_build() -> None:
+    # timed at 8 and 32: 100 us a call, 80 of it in kernels the model put at 40; then
+    # 300 us, 240 in kernels modelled at 240
+    cal = Calibration((8, 32), (100e-6, 300e-6), (80e-6, 240e-6), (40e-6, 240e-6))
+    values = [(4, 0.25), (8, 0.25), (20, 0.25), (32, 0.25)]
+    before = [30e-6, 40e-6, 140e-6, 240e-6]
+    # at a timed value the build the model describes is predicted at its measured time
+    got = cal.apply(before, values)
+    assert got[1] == pytest.approx(100e-6) and got[3] == pytest.approx(300e-6)
+    # held below the first value, interpolated between: factor 1.5, 40 us left over at 20
+    assert got[0] == pytest.approx(30e-6 * 2 + 20e-6)
+    assert got[2] == pytest.approx(140e-6 * 1.5 + 40e-6)
+    # the model's gain is kept: kernels modelled to halve at 32 take 120 of the 240 us
+    assert cal.apply([0.0, 0.0, 0.0, 120e-6], values)[3] == pytest.approx(180e-6)
+    # kernels timed alone above the whole call (noise) count as the whole call
+    noisy = Calibration((8,), (100e-6,), (150e-6,), (50e-6,))
+    assert noisy.apply([50e-6], [(8, 1.0)]) == [pytest.approx(100e-6)]
+    with pytest.raises(ValueError, match="one measured"):
+        Calibration((8, 16), (1e-6,), (1e-6,), (1e-6,))
+    with pytest.raises(ValueError, match="increasing"):
+        Calibration((16, 8), (1e-6, 1e-6), (1e-6, 1e-6), (1e-6, 1e-6))
+    with pytest.raises(ValueError, match="positive"):
+        Calibration((8,), (0.0,), (0.0,), (1e-6,))
 
 
 def _result(n: int, tuned: float, untuned: float, ref: float) -> BenchResult:
@@ -158,6 +226,10 @@ def test_plan_tune_replan_and_bench_over_the_profile(tmp_path: Path) -> None:
             assert all(t["recorded"] == 0 for t in stage["plan"]["tasks"])
         planned.update(split)
     assert sum(planned.values()) <= 10
+    # the second stage was planned after timing the first's build at the profile's values
+    assert job["stages"][0]["plan"]["calibration"] is None
+    cal = job["stages"][1]["plan"]["calibration"]
+    assert cal["values"] == [3, 20, 24, 30, 60] and min(cal["measured_sec"]) > 0
     # re-planning reads the new measurements: measured bests, the records counted
     again = runner.invoke(app, [*args, "--trials", "20", "--json"])
     assert again.exit_code == 0, again.output

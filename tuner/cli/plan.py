@@ -95,14 +95,37 @@ def make_plan(
 
 
 def replan(
-    loaded: Any, tgt: Any, storage: Any, profile: Any, trials: int, *, new_only: bool = False
+    loaded: Any,
+    tgt: Any,
+    storage: Any,
+    profile: Any,
+    trials: int,
+    *,
+    new_only: bool = False,
+    measure: bool = False,
 ) -> Any:
-    """The plan from what the database holds now (``new_only``: ``trials`` new records)."""
+    """The plan from what the database holds now (``new_only``: ``trials`` new records;
+    ``measure``: its figures calibrated by the database's build timed at
+    :data:`CALIBRATION_VALUES` of the profile's values)."""
     from database import TuneFarmDatabase
     from tuner.symbolic.planner import Planner
 
-    planner = Planner(loaded.mod, tgt, TuneFarmDatabase(storage), profile, loaded.shape_vars)
-    return planner.plan(trials, new_only=new_only)
+    db = TuneFarmDatabase(storage)
+    planner = Planner(loaded.mod, tgt, db, profile, loaded.shape_vars)
+    measured = None
+    if measure:
+        from tuner.bench import time_build
+
+        checked = profile.for_model(loaded.mod)  # INPUT.AXIS names resolved
+        values = sorted({s[planner.var] for s, _ in checked.representatives(CALIBRATION_VALUES)})
+        shapes = [{planner.var: v} for v in values]
+        timed = time_build(loaded, tgt, db, shapes, repeat=5, traffic=checked.marginals())
+        measured = {v: (p.model_sec, p.kernel_sec) for v, p in zip(values, timed, strict=True)}
+    return planner.plan(trials, new_only=new_only, measured=measured)
+
+
+# the build is timed at this many of the profile's values between stages (a stratum each)
+CALIBRATION_VALUES = 8
 
 
 def plan_tables(plan: Any) -> list[Any]:

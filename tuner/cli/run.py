@@ -188,7 +188,10 @@ def _tune_planned(
             else:
                 want = share + carried if not last else total - spent
                 try:
-                    plan = cli_plan.replan(loaded, tgt, storage, profile, want, new_only=True)
+                    # after a stage: its build timed, so that the figures are calibrated
+                    plan = cli_plan.replan(
+                        loaded, tgt, storage, profile, want, new_only=True, measure=bool(done)
+                    )
                 except TuneFarmError:
                     if last:
                         raise

@@ -42,6 +42,7 @@ not modelled (:func:`Plan.predicted` is kernel time).
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import statistics
 from collections.abc import Iterable
@@ -72,8 +73,14 @@ PRIOR_FLOOR = 0.2  # without histories: tuning ends at 5x faster than the defaul
 # at 200-230 GFLOPS on the 2-core VM; half of that)
 PRIOR_TUNED_GFLOPS = 100.0
 PRIOR_TAU = 8.0  # ... reaching 63% of that gain in 8 trials
+# ... except for kernels without a contraction, whose untuned code is not far off: measured
+# on the transformer block (2-core Xeon, 12-100 trials a task), layer norm ended at 0.39-0.97
+# of its default, softmax at 0.51-1.0, transposes at 1.0 (docs/symbolic-shapes.md)
+PRIOR_CLASS_FLOOR = {"reduction": 0.45, "injective": 0.8}
 PRIOR_GFLOPS = 2.0  # an untuned default's throughput when no default was ever measured
 PRIOR_MIN_SEC = 2e-6  # ... plus this per call
+PRIOR_LAUNCH_SEC = 1e-6  # a tuned kernel's call costs at least its roofline plus this
+GENERIC_CALL_SEC = 2e-6  # a generic kernel's time that does not scale with the work
 # No kernel, tuned or not, runs faster than reading and writing its buffers once at this
 # rate (a roofline floor: an x[1, 256] @ W[256, 512] streams its 512 KB weight whatever the
 # schedule; measured on the 2-core VM, the MLP's b=1 kernels ran at about 30 GB/s).
@@ -92,30 +99,54 @@ FLOOR_OF_REACHED = 0.5
 # ---------------------------------------------------------------------- the gain curve
 @dataclass(frozen=True)
 class GainCurve:
-    """Predicted best / default after ``t`` trials (the default schedule is trial 1)."""
+    """Predicted best / default after ``t`` trials (the default schedule is trial 1):
+    ``floor + (1 - floor) * exp(-(t - 1) / tau)``, or where ``points`` are given (a kernel
+    family's measured best / default after each trial), those, then from the last of them
+    a tail: ``tail_floor + (1 - tail_floor) * exp(-(t - n) / tau)`` of it."""
 
     floor: float
     tau: float
     source: str
+    points: tuple[float, ...] = ()
+    tail_floor: float = 1.0
 
     def ratio(self, t: float) -> float:
         if t < 1:
             return 1.0
+        if self.points:
+            n = len(self.points)
+            if t <= n:
+                return self.points[max(round(t), 1) - 1]
+            left = self.tail_floor + (1.0 - self.tail_floor) * math.exp(-(t - n) / self.tau)
+            return self.points[-1] * left
         return self.floor + (1.0 - self.floor) * math.exp(-(t - 1) / self.tau)
 
 
-def _histories(db: TuneFarmDatabase, target: tvm.target.Target) -> list[tuple[str, list[float]]]:
+# A task at or below its curve has made its jump; what is left comes slowly. Measured there
+# (the same runs): matmuls 1.5-2.6x more over the next 15-28 trials, softmax and layer norm
+# 1.03-1.05x: from its best, at most this much more, reaching 63% of it in 16 trials.
+TAIL_CURVES = {
+    "contraction": GainCurve(0.5, 16.0, "tail"),
+    "reduction": GainCurve(0.9, 16.0, "tail"),
+    "injective": GainCurve(0.9, 16.0, "tail"),
+}
+
+
+def _histories(
+    db: TuneFarmDatabase, target: tvm.target.Target
+) -> list[tuple[str, str, list[float]]]:
     """Per workload with a measured default and 4+ records on ``target``: (family shash or
-    "", best-so-far / default after each record, in recording order)."""
+    "", kernel class (:func:`~tuner.symbolic.rangekernel.kernel_class`), best-so-far /
+    default after each record, in recording order)."""
     from database import TargetKey
-    from database.training import record_histories
+    from database.training import record_histories, workload_mods
 
     rows = record_histories(db.storage, TargetKey.of(target).key)
     by_wl: dict[int, tuple[str, list[tuple[bool, float | None]]]] = {}
     for wid, family, is_default, mean in rows:
         by_wl.setdefault(wid, (family or "", []))[1].append((bool(is_default), mean))
-    out = []
-    for family, recs in by_wl.values():
+    kept: dict[int, tuple[str, list[float]]] = {}
+    for wid, (family, recs) in by_wl.items():
         default = next((m for d, m in recs if d and m), None)
         if default is None or len(recs) < 4:
             continue
@@ -124,8 +155,26 @@ def _histories(db: TuneFarmDatabase, target: tvm.target.Target) -> list[tuple[st
             if mean is not None and mean > 0:
                 best = min(best, mean)
             ratios.append(min(best / default, 1.0) if best < math.inf else 1.0)
-        out.append((family, ratios))
-    return out
+        kept[wid] = (family, ratios)
+    # one class per family (its buckets share the structure), else per workload
+    first: dict[str, int] = {}
+    for wid, (family, _) in kept.items():
+        first.setdefault(family or f"#{wid}", wid)
+    mods = workload_mods(db.storage, list(first.values())) if first else {}
+    cls_of = {key: _class_of_json(mods.get(wid)) for key, wid in first.items()}
+    return [(fam, cls_of[fam or f"#{wid}"], ratios) for wid, (fam, ratios) in kept.items()]
+
+
+def _class_of_json(mod_json: str | None) -> str:
+    """The kernel class of a stored workload (``contraction`` when it cannot be read)."""
+    from tuner.symbolic.rangekernel import kernel_class
+
+    if not mod_json:
+        return "contraction"
+    try:
+        return kernel_class(tvm.ir.load_json(mod_json)["main"])
+    except Exception:
+        return "contraction"
 
 
 def _floor_given(tau: float, ratios: list[float]) -> float:
@@ -139,17 +188,13 @@ def _floor_given(tau: float, ratios: list[float]) -> float:
     return min(1.0, max(0.005, reached, num / den)) if den > 0 else 1.0
 
 
-def fit_curves(
-    db: TuneFarmDatabase, target: tvm.target.Target
-) -> tuple[GainCurve, dict[str, GainCurve]]:
-    """The overall curve and one per kernel family with histories (see module docstring)."""
-    hist = _histories(db, target)
-    if not hist:
-        return GainCurve(PRIOR_FLOOR, PRIOR_TAU, "no tuning history: tau prior, floor per task"), {}
+def _fit(hist: list[list[float]]) -> tuple[float, list[float]]:
+    """The tau that fits ``hist`` best (least squares over :data:`_TAUS`) and each
+    history's floor at that tau."""
 
     def sse(tau: float) -> float:
         total = 0.0
-        for _, ratios in hist:
+        for ratios in hist:
             f = _floor_given(tau, ratios)
             total += sum(
                 (r - (f + (1 - f) * math.exp(-(i - 1) / tau))) ** 2 for i, r in enumerate(ratios, 1)
@@ -157,19 +202,64 @@ def fit_curves(
         return total
 
     tau = min(_TAUS, key=sse)
-    floors = [(fam, _floor_given(tau, ratios)) for fam, ratios in hist]
-    overall = GainCurve(
-        statistics.median(f for _, f in floors), tau, f"fitted to {len(hist)} histories"
-    )
-    by_family: dict[str, list[float]] = {}
-    for fam, f in floors:
-        if fam:
-            by_family.setdefault(fam, []).append(f)
-    families = {
-        fam: GainCurve(statistics.median(fs), tau, f"family, {len(fs)} histories")
-        for fam, fs in by_family.items()
-    }
-    return overall, families
+    return tau, [_floor_given(tau, ratios) for ratios in hist]
+
+
+@dataclass(frozen=True)
+class Curves:
+    """The gain curves the database's histories give: over all of them (reported), per
+    kernel class and per kernel family."""
+
+    overall: GainCurve
+    by_class: dict[str, GainCurve]
+    by_family: dict[str, GainCurve]
+
+    def for_task(self, family: str | None, cls: str) -> GainCurve:
+        """A task's curve: its family's, else its class's, else its class's prior."""
+        if family and family in self.by_family:
+            return self.by_family[family]
+        if cls in self.by_class:
+            return self.by_class[cls]
+        return GainCurve(PRIOR_CLASS_FLOOR.get(cls, PRIOR_FLOOR), PRIOR_TAU, f"{cls} prior")
+
+
+def fit_curves(db: TuneFarmDatabase, target: tvm.target.Target) -> Curves:
+    """The curves of the database's histories (see module docstring). Families and classes
+    get their own tau and floor: a matmul whose default ran 100x off its tuned speed jumps
+    in two trials, a softmax a few trials in gains 2x at most."""
+    hist = _histories(db, target)
+    if not hist:
+        prior = GainCurve(PRIOR_FLOOR, PRIOR_TAU, "no tuning history: tau prior, floor per task")
+        return Curves(prior, {}, {})
+    tau, floors = _fit([r for _, _, r in hist])
+    overall = GainCurve(statistics.median(floors), tau, f"fitted to {len(hist)} histories")
+    by_class: dict[str, GainCurve] = {}
+    for cls in sorted({c for _, c, _ in hist}):
+        ratios = [r for _, c, r in hist if c == cls]
+        ctau, cfloors = _fit(ratios)
+        by_class[cls] = GainCurve(
+            statistics.median(cfloors), ctau, f"{cls}, {len(ratios)} histories"
+        )
+    by_family: dict[str, GainCurve] = {}
+    for fam in sorted({f for f, _, _ in hist if f}):
+        ratios = [r for f, _, r in hist if f == fam]
+        tail = TAIL_CURVES.get(next(c for f, c, _ in hist if f == fam), TAIL_CURVES["contraction"])
+        by_family[fam] = family_curve(ratios, tail, f"family, {len(ratios)} histories")
+    return Curves(overall, by_class, by_family)
+
+
+def family_curve(histories: list[list[float]], tail: GainCurve, source: str) -> GainCurve:
+    """A kernel family's own curve: at each trial count, the median over its histories
+    (buckets) of best / default, each history continued past its end by ``tail``; then
+    ``tail`` from there. A new bucket of the family is expected to go as its others went
+    (the exponential fitted to them promised a new bucket 2x better than any had reached)."""
+    n = max(len(h) for h in histories)
+    extended = [
+        [*h, *(h[-1] * tail.ratio(t - len(h) + 1) for t in range(len(h) + 1, n + 1))]
+        for h in histories
+    ]
+    points = tuple(statistics.median(h[i] for h in extended) for i in range(n))
+    return GainCurve(points[-1], tail.tau, source, points=points, tail_floor=tail.floor)
 
 
 # ---------------------------------------------------------------------- what is known
@@ -193,6 +283,9 @@ class TaskModel:
     # the range kernel's tile, from the record (None: unknown; 0: it does not transplant)
     tile: int | None = None
     floor_sec: float = 0.0  # its buffers' bytes at PRIOR_BYTES_PER_SEC
+    # the generic code's time here scaled from another bucket's measured one (None: none)
+    generic_guess: float | None = None
+    cls: str = "contraction"  # its kernel class (rangekernel.kernel_class)
 
     def __post_init__(self) -> None:
         self.floor_sec = _bytes(self.mod) / PRIOR_BYTES_PER_SEC
@@ -201,14 +294,22 @@ class TaskModel:
     def generic_est(self) -> float:
         """The generic kernel's time at this bucket: measured, else the default's (the
         rule's estimate for databases without generic times)."""
-        return self.default_est if self.generic_sec is None else self.generic_sec
+        if self.generic_sec is not None:
+            return self.generic_sec
+        return self.default_est if self.generic_guess is None else self.generic_guess
 
     def time(self, t: int) -> float:
         """Predicted best time after ``t`` records in all (0: untuned, the default)."""
         if t <= 0:
             return self.default_est
         if self.best_sec is not None and self.recorded >= 1:
-            ratio = self.curve.ratio(max(t, self.recorded)) / self.curve.ratio(self.recorded)
+            reached = self.best_sec / self.default_est if self.default_est else 1.0
+            if self.recorded >= 2 and reached <= self.curve.ratio(self.recorded):
+                # at or ahead of its curve: the jump is behind it, only the slow tail is left
+                tail = TAIL_CURVES.get(self.cls, TAIL_CURVES["contraction"])
+                ratio = tail.ratio(max(t, self.recorded) - self.recorded + 1)
+            else:
+                ratio = self.curve.ratio(max(t, self.recorded)) / self.curve.ratio(self.recorded)
             return min(self.best_sec, max(self.best_sec * ratio, self.floor_sec))
         return min(self.default_est, max(self.default_est * self.curve.ratio(t), self.floor_sec))
 
@@ -229,7 +330,12 @@ class KernelModel:
         of ``generic(B) * (v / B) ** d`` (the rule's estimate), over every candidate."""
         known = sorted((b, t.generic_est) for b, t in self.at.items())
         above = [(b, s) for b, s in known if b >= v] or known[-1:]
-        return min(s * (v / b) ** self.degree for b, s in above)
+        # a call costs at least its launch, whatever the size (measured: layer norm's
+        # generic code at s=24 took 8.4 us where (24/56) of its 15.5 us at 56 is 6.6)
+        return min(
+            min(s, GENERIC_CALL_SEC) + max(s - GENERIC_CALL_SEC, 0.0) * (v / b) ** self.degree
+            for b, s in above
+        )
 
 
 def _prior_tile(value: int) -> int:
@@ -301,6 +407,10 @@ class Plan:
     curve: GainCurve
     alternatives: tuple[tuple[str, float | None], ...] = ()
     notes: tuple[str, ...] = ()
+    # the built module timed between stages: untuned, before and after are calibrated by it
+    # (kernel_after_sec: the kernel-time model's own prediction)
+    calibration: Calibration | None = None
+    kernel_after_sec: float | None = None
 
     @property
     def trials(self) -> int:
@@ -317,6 +427,63 @@ class Plan:
 
 
 Chosen = dict[str, dict[int, int]]  # kernel -> bucket -> trials
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The database's build timed at some of the profile's values: its time a call
+    (``measured_sec``), its kernels' timed alone (``kernel_sec``,
+    :mod:`tuner.kernel_profile`) and the kernel-time model's figure for the same build
+    (``modelled_sec``). The model is trusted for how much the kernels gain, not for what
+    they take: a prediction at ``v`` is the model's kernel time scaled by kernels alone /
+    modelled, plus what the kernels leave over (the VM's own work: allocations, shape
+    checks, the dispatch's branches; and the kernels' slowdown on the model's caches), both
+    interpolated linearly between the timed values (held beyond them). At a timed value the
+    database's own build is predicted at its measured time."""
+
+    values: tuple[int, ...]
+    measured_sec: tuple[float, ...]
+    kernel_sec: tuple[float, ...]
+    modelled_sec: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        n = len(self.values)
+        sizes = {len(self.measured_sec), len(self.kernel_sec), len(self.modelled_sec)}
+        if not n or sizes != {n}:
+            raise ValueError("calibration: one measured, kernel and modelled time per value")
+        if list(self.values) != sorted(set(self.values)):
+            raise ValueError("calibration: values must be distinct and increasing")
+        if min(self.measured_sec) <= 0 or min(self.modelled_sec) <= 0:
+            raise ValueError("calibration: measured and modelled times must be positive")
+        if min(self.kernel_sec) < 0:
+            raise ValueError("calibration: kernel times must not be negative")
+
+    def _at(self, v: int, ys: list[float]) -> float:
+        if v <= self.values[0]:
+            return ys[0]
+        for (v0, y0), (v1, y1) in itertools.pairwise(zip(self.values, ys, strict=True)):
+            if v <= v1:
+                return y0 + (y1 - y0) * (v - v0) / (v1 - v0)
+        return ys[-1]
+
+    def overhead(self, v: int) -> float:
+        """The build's time outside its kernels at ``v``."""
+        pairs = zip(self.measured_sec, self.kernel_sec, strict=True)
+        return self._at(v, [max(m - k, 0.0) for m, k in pairs])
+
+    def kernel_factor(self, v: int) -> float:
+        """Its kernels timed alone (at most the whole call) / the model's kernel time."""
+        ratios = [
+            min(k, m) / p if k > 0 else 1.0
+            for m, k, p in zip(self.measured_sec, self.kernel_sec, self.modelled_sec, strict=True)
+        ]
+        return self._at(v, ratios)
+
+    def apply(self, lat: list[float], values: list[tuple[int, float]]) -> list[float]:
+        return [
+            x * self.kernel_factor(v) + self.overhead(v)
+            for x, (v, _) in zip(lat, values, strict=True)
+        ]
 
 
 class Planner:
@@ -342,13 +509,14 @@ class Planner:
         self.profile, self.shape_vars = profile, shape_vars or {}
         self.bound = upper_bounds(mod).get(self.var)
         self.values = [(s[self.var], w) for s, w in profile.representatives(MAX_VALUES)]
-        self.curve, self.family_curves = fit_curves(db, target)
+        self.curves = fit_curves(db, target)
+        self.curve = self.curves.overall
         self.new_only = False
         self._analyse()
 
     # ------------------------------------------------------------------ setup
     def _analyse(self) -> None:
-        from tuner.symbolic.rangekernel import pad_values, symbolic_var, work_degree
+        from tuner.symbolic.rangekernel import kernel_class, pad_values, symbolic_var, work_degree
 
         prepared = prepare(self.mod, self.target)
         self.kernels: dict[str, KernelModel] = {}
@@ -356,7 +524,9 @@ class Planner:
         self.family: dict[str, str] = {}
         self.funcs: dict[str, Any] = {}
         self.static_funcs: dict[str, Any] = {}
+        self.classes: dict[str, str] = {}
         for task in extract_tasks(prepared, self.target):
+            self.classes[task.name] = kernel_class(task.mod["main"])
             if not task.is_symbolic:
                 self.statics[task.name] = self._task(task.name, None, task.weight, task)
                 self.static_funcs[task.name] = task.mod["main"]
@@ -400,7 +570,8 @@ class Planner:
             if value is not None and found is not None and name in self.funcs:
                 tm.tile = _tile_of(self.funcs[name], found.record, self.var)
         fam = self.family.get(name)
-        tm.curve = self.family_curves.get(fam, self.curve) if fam else self.curve
+        tm.cls = self.classes.get(name, "contraction")
+        tm.curve = self.curves.for_task(fam, tm.cls)
         if fam and value is not None:
             tm.generic_sec = self.db.generic_sec(fam, {self.var: value}, self.target)
         if tm.default_sec is not None:
@@ -429,6 +600,15 @@ class Planner:
             else:
                 tm.default_est = _prior_default(tm)
                 tm.default_source = "prior"
+        # the generic code measured at some bucket: at the others, scaled from the nearest
+        # (its default schedule's time is a lower bound: generic code is slower)
+        generic = {b: t for b, t in km.at.items() if t.generic_sec is not None}
+        for b, tm in km.at.items():
+            if tm.generic_sec is None and generic:
+                near = min(generic, key=lambda m: abs(math.log(m / b)))
+                ref = generic[near]
+                scale = tm.flops / ref.flops if ref.flops and tm.flops else (b / near) ** km.degree
+                tm.generic_guess = max(tm.default_est, ref.generic_sec * scale)
         for tm in self.statics.values():
             if tm.default_sec is None:
                 tm.default_est = _prior_default(tm)
@@ -437,10 +617,22 @@ class Planner:
             *self.statics.values(),
             *(t for k in self.kernels.values() for t in k.at.values()),
         ]:
-            if not tm.curve.source.startswith("family"):
-                roof = max((tm.flops or 0.0) / (PRIOR_TUNED_GFLOPS * 1e9), tm.floor_sec)
-                floor = min(1.0, max(0.005, roof / tm.default_est)) if tm.default_est else 1.0
-                tm.curve = GainCurve(floor, tm.curve.tau, "roofline prior")
+            if tm.curve.source.startswith("family"):
+                continue
+            # a contraction ends near its roofline (the class's fitted floor comes from
+            # other kernels' defaults, far slower or faster than this one's); the others
+            # at their class's floor, or the roofline where that is higher
+            # (plus a launch: q @ k^T at s=24, 1.5 us of FLOPs at the prior rate, ended at
+            # 8.6 us from its default's 8.6; the same at s=56, 8 us, at 19.2 from 33.9)
+            roof = max((tm.flops or 0.0) / (PRIOR_TUNED_GFLOPS * 1e9), tm.floor_sec)
+            roof += PRIOR_LAUNCH_SEC
+            floor = min(1.0, max(0.005, roof / tm.default_est)) if tm.default_est else 1.0
+            if tm.cls != "contraction":
+                floor = max(floor, tm.curve.floor)
+            # a curve fitted to other kernels' histories is as steep as theirs (matmuls whose
+            # defaults ran 100x off jump in two trials); one near its roofline is not
+            tau = max(tm.curve.tau, PRIOR_TAU)
+            tm.curve = GainCurve(floor, tau, f"roofline, {tm.curve.source}")
 
     def _nice(self, v: int) -> int:
         return tileable(v, self.bound)
@@ -455,11 +647,14 @@ class Planner:
         return sorted(ordered[:MAX_CANDIDATES])
 
     # ------------------------------------------------------------------ the model
-    def latency(self, chosen: Chosen, static_trials: dict[str, int]) -> list[float]:
-        """Predicted latency at each profile value (``self.values``)."""
-        out = [0.0] * len(self.values)
+    def latency(
+        self, chosen: Chosen, static_trials: dict[str, int], at: list[int] | None = None
+    ) -> list[float]:
+        """Predicted latency (kernel time) at each profile value (``self.values``), or at
+        each of ``at`` (the dispatch chosen for the profile's traffic all the same)."""
+        out = [0.0] * (len(self.values) if at is None else len(at))
         for km in self.kernels.values():
-            for i, c in enumerate(self._kernel_costs(km, chosen.get(km.name, {}))):
+            for i, c in enumerate(self._kernel_costs(km, chosen.get(km.name, {}), at=at)):
                 out[i] += km.calls * c
         for name, tm in self.statics.items():
             const = tm.calls * tm.time(static_trials.get(name, 0))
@@ -496,12 +691,18 @@ class Planner:
         return kernels, generic
 
     def _kernel_costs(
-        self, km: KernelModel, trials: dict[int, int], served: dict[int, float] | None = None
+        self,
+        km: KernelModel,
+        trials: dict[int, int],
+        served: dict[int, float] | None = None,
+        at: list[int] | None = None,
     ) -> list[float]:
-        """Time of ``km`` at each profile value under the dispatch of ``trials``' buckets;
-        with ``served``, adds per bucket the traffic x work scale its kernels serve."""
+        """Time of ``km`` at each profile value (or each of ``at``) under the dispatch of
+        ``trials``' buckets; with ``served``, adds per bucket the traffic x work scale its
+        kernels serve."""
         out = []
-        for (v, w), bk in zip(self.values, self._served_by(km, trials), strict=True):
+        values = self.values if at is None else [(v, 0.0) for v in at]
+        for (v, w), bk in zip(values, self._served_by(km, trials, at), strict=True):
             if bk is None:
                 out.append(km.generic(v))
                 continue
@@ -650,10 +851,32 @@ class Planner:
         }
         return chosen, {n: t.recorded for n, t in self.statics.items()}
 
-    def plan(self, budget: int, *, new_only: bool = False) -> Plan:
+    def calibrate(self, measured: dict[int, tuple[float, float]]) -> Calibration:
+        """The calibration by the database's build timed at ``measured``'s values (value ->
+        (seconds a call, its kernels' seconds timed alone))."""
+        values = sorted(measured)
+        before_c, before_s = self.before()
+        modelled = self.latency(before_c, before_s, at=values)
+        return Calibration(
+            tuple(values),
+            tuple(measured[v][0] for v in values),
+            tuple(measured[v][1] for v in values),
+            tuple(modelled),
+        )
+
+    def plan(
+        self,
+        budget: int,
+        *,
+        new_only: bool = False,
+        measured: dict[int, tuple[float, float]] | None = None,
+    ) -> Plan:
         """The plan for ``budget`` trials: the records of the planned tasks after the job
         (those already stored count), or with ``new_only`` the records the job adds (a
-        re-plan between the stages of one budget, :func:`stage_budgets`)."""
+        re-plan between the stages of one budget, :func:`stage_budgets`). With
+        ``measured`` (the database's build timed at some values, :meth:`calibrate`), the
+        figures it reports are calibrated by it (:class:`Calibration`); the choice of
+        buckets and trials is the kernel-time model's."""
         self.new_only = new_only
         buckets, chosen, statics, after = self.search(budget)
         before_c, before_s = self.before()
@@ -661,11 +884,22 @@ class Planner:
         lat_after = self.latency(chosen, statics)
         lat_before = self.latency(before_c, before_s)
         lat_untuned = self.latency(untuned_c, {})
+        cal = self.calibrate(measured) if measured else None
+        kernel_after = None
+        if cal is not None:
+            kernel_after = after
+            # (the untuned build is another module, all generic code: not calibrated)
+            lat_after = cal.apply(lat_after, self.values)
+            lat_before = cal.apply(lat_before, self.values)
+            after = _mean(lat_after, self.values)
         rows = _rows(self.values, buckets, lat_untuned, lat_before, lat_after)
         tasks = self._tasks(buckets, chosen, statics)
         alternatives = []
         for label, alt in self._alternatives(buckets):
             found = self.split(alt, budget)
+            if found is not None and cal is not None:  # in the plan's own terms
+                lat = cal.apply(self.latency(found[0], found[1]), self.values)
+                found = (found[0], found[1], _mean(lat, self.values))
             alternatives.append((label, None if found is None else found[2]))
         notes = []
         if any(t.default_source == "prior" for k in self.kernels.values() for t in k.at.values()):
@@ -685,6 +919,8 @@ class Planner:
             curve=self.curve,
             alternatives=tuple(alternatives),
             notes=tuple(notes),
+            calibration=cal,
+            kernel_after_sec=kernel_after,
         )
 
     def _alternatives(self, chosen: tuple[int, ...]) -> list[tuple[str, tuple[int, ...]]]:
@@ -741,12 +977,15 @@ class Planner:
             if bk is not None and (bk.origin or bk.value) == value
         )
 
-    def _served_by(self, km: KernelModel, trials: dict[int, int]) -> list[BucketKernel | None]:
+    def _served_by(
+        self, km: KernelModel, trials: dict[int, int], at: list[int] | None = None
+    ) -> list[BucketKernel | None]:
         """The bucket kernel the dispatch of ``trials``' buckets calls at each profile value
-        (None: the generic kernel)."""
+        (or each of ``at``; None: the generic kernel)."""
+        at = [v for v, _ in self.values] if at is None else at
         kernels, generic = self._dispatch(km, trials)
         if not kernels:
-            return [None] * len(self.values)
+            return [None] * len(at)
         top = max(b.value for b in kernels)
         above = KernelDispatch(
             km.name,
@@ -759,8 +998,7 @@ class Planner:
         ).above
         intervals = choose_intervals(tuple(kernels), tuple(generic), km.degree, km.buffers)
         return [
-            next(bk for upper, bk in intervals if v <= upper) if v <= top else above
-            for v, _ in self.values
+            next(bk for upper, bk in intervals if v <= upper) if v <= top else above for v in at
         ]
 
     def _why(self, km: KernelModel, tm: TaskModel, trials: int, share: float) -> str:

@@ -131,6 +131,33 @@ def work_degree(func: tirx.PrimFunc, var_name: str) -> int:
     )
 
 
+KERNEL_CLASSES = ("contraction", "reduction", "injective")
+
+
+def kernel_class(func: tirx.PrimFunc) -> str:
+    """How the kernel's work is shaped, for tuning-gain curves that differ by it:
+    ``contraction`` (a reduction whose update multiplies two loaded buffers: a matmul, a
+    convolution; tuning gains tiles, vectors and threads on reused data), ``reduction``
+    (softmax, layer norm: reductions over one buffer) or ``injective`` (no reduction)."""
+    found = "injective"
+    for block in _blocks_in_order(func):
+        if not any(int(iv.iter_type) == 2 for iv in block.iter_vars):
+            continue
+        found = "reduction"
+        value = getattr(block.body, "value", None)
+        for term in (getattr(value, "a", None), getattr(value, "b", None)):
+            if type(term).__name__ == "Mul" and all(_loads_buffer(x) for x in (term.a, term.b)):
+                return "contraction"
+    return found
+
+
+def _loads_buffer(expr: Any) -> bool:
+    """A buffer load, possibly under casts."""
+    while type(expr).__name__ == "Cast":
+        expr = expr.value
+    return _is_load(expr)
+
+
 def _blocks_in_order(func: tirx.PrimFunc) -> list[Any]:
     sch = tvm.s_tir.Schedule(tvm.IRModule({"main": func}))
     out: list[Any] = []

@@ -130,6 +130,19 @@ def test_calibration_anchors_the_model_to_the_timed_build() -> None:
     # kernels timed alone above the whole call (noise) count as the whole call
     noisy = Calibration((8,), (100e-6,), (150e-6,), (50e-6,))
     assert noisy.apply([50e-6], [(8, 1.0)]) == [pytest.approx(100e-6)]
+    # `tunefarm plan` says what the calibration found
+    from tuner.cli.plan import plan_notes
+    from tuner.symbolic.planner import Plan
+
+    plan = Plan("n", (8,), 1, (), (), 1.0, 1.0, 1.0, GainCurve(0.2, 8.0, "prior"))
+    assert "kernel time (VM and dispatch overheads not modelled)" in plan_notes(plan)[-1]
+    calibrated = Plan(
+        "n", (8,), 1, (), (), 1.0, 1.0, 1.0, GainCurve(0.2, 8.0, "prior"), (), (), cal, 90e-6
+    )
+    assert (
+        "timed at 2 values (n=8..32): its kernels took 1.00-2.00x the model's time, "
+        in (plan_notes(calibrated)[-1])
+    )
     with pytest.raises(ValueError, match="one measured"):
         Calibration((8, 16), (1e-6,), (1e-6,), (1e-6,))
     with pytest.raises(ValueError, match="increasing"):

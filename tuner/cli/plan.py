@@ -180,9 +180,10 @@ def plan_tables(plan: Any) -> list[Any]:
 def plan_notes(plan: Any) -> list[str]:
     curve = plan.curve
     lines = [
-        f"gain per trial: best/default = {curve.floor:.3f} + {1 - curve.floor:.3f} * "
-        f"exp(-(t-1)/{curve.tau:g}) ({curve.source}; the floor per family where it has "
-        "histories, else from each task's roofline)"
+        f"gain per trial, over every history: best/default = {curve.floor:.3f} + "
+        f"{1 - curve.floor:.3f} * exp(-(t-1)/{curve.tau:g}) ({curve.source}); a task follows "
+        "its family's measured curve where it has one, else its class's (matmul-like, "
+        "reduction, injective) with its own roofline as floor"
     ]
     for label, sec in plan.alternatives:
         what = fmt_sec(sec) if sec is not None else "not feasible with this budget"
@@ -190,7 +191,19 @@ def plan_notes(plan: Any) -> list[str]:
             f"predicted traffic mean with {label}: {what} (planned: {fmt_sec(plan.after_sec)})"
         )
     lines += list(plan.notes)
-    lines.append("predicted figures are kernel time (VM and dispatch overheads not modelled)")
+    cal = plan.calibration
+    if cal is None:
+        lines.append("predicted figures are kernel time (VM and dispatch overheads not modelled)")
+    else:
+        factors = [cal.kernel_factor(v) for v in cal.values]
+        rest = [cal.overhead(v) for v in cal.values]
+        lines.append(
+            f"predicted figures calibrated by this database's build, timed at "
+            f"{len(cal.values)} values ({plan.var}={cal.values[0]}..{cal.values[-1]}): its "
+            f"kernels took {min(factors):.2f}-{max(factors):.2f}x the model's time, and "
+            f"{fmt_sec(min(rest))}-{fmt_sec(max(rest))} a call went outside them "
+            f"(kernel time alone: {fmt_sec(plan.kernel_after_sec)} planned)"
+        )
     return lines
 
 

@@ -13,15 +13,18 @@ The model (documented in docs/symbolic-shapes.md, "Buckets from traffic"):
   of ``generic(B) * (v / B) ** d``). Kernels the rule never dispatches (several variables,
   no pad value) cost their generic time whatever the buckets.
 - **A task's time after t trials** (``t`` counts every record of the task, its default
-  schedule included) follows a saturating curve, ``default * rho(t)`` with
-  ``rho(t) = floor + (1 - floor) * exp(-(t - 1) / tau)`` (``rho(0) = 1``: untuned). A task
-  with records is anchored to its measured best: ``best * rho(t) / rho(recorded)``. ``tau``
-  is fitted (least squares over a grid) to the database's own tuning histories (best so far
-  / default, record by record, per workload), ``floor`` per kernel family from the family's
-  histories at other buckets, else the median over all histories, else the priors
-  :data:`PRIOR_FLOOR` and :data:`PRIOR_TAU`. A default not measured at a bucket is the
+  schedule included): ``default * rho(t)``, ``rho(0) = 1`` (untuned). A kernel family with
+  tuning histories in the database follows its own measured curve (:func:`family_curve`:
+  the median over its buckets of best / default after each record, then a slow tail);
+  else its kernel class's (:func:`~tuner.symbolic.rangekernel.kernel_class`)
+  ``rho(t) = floor + (1 - floor) * exp(-(t - 1) / tau)``, ``tau`` fitted to the class's
+  histories (least squares over a grid; at least :data:`PRIOR_TAU`), ``floor`` the task's
+  roofline over its default (at least :data:`PRIOR_CLASS_FLOOR` for reductions and
+  injective kernels). A task with records is anchored to its measured best:
+  ``best * rho(t) / rho(recorded)``, or, at or below its curve already, ``best`` times
+  :data:`TAIL_CURVES` (the jump is behind it). A default not measured at a bucket is the
   family's nearest measured default scaled by FLOPs (else by ``(B / B') ** d``), else FLOPs
-  at :data:`PRIOR_GFLOPS`.
+  at :data:`PRIOR_GFLOPS`; generic code likewise from its nearest measured bucket.
 - **Expected latency** is the traffic-weighted mean over the profile's values (at most
   :data:`MAX_VALUES` representatives, :meth:`ShapeProfile.representatives`).
 - **Search.** Candidate buckets: the profile's quantiles rounded up to a tileable value
@@ -34,9 +37,13 @@ The model (documented in docs/symbolic-shapes.md, "Buckets from traffic"):
   (calls x share x work scale), drops most; twice, the second time with the dispatch
   re-derived from the first split's predicted times.
 
+- **Calibration** (a re-plan between stages, :class:`Calibration`): the database's build timed
+  at some of the profile's values; the plan's figures become the model's kernel time x
+  (kernels timed alone / modelled) plus the call's time outside its kernels, interpolated.
+
 Limits: one symbolic variable per model (the dispatch itself serves kernels of one variable);
-the curve is per family, not per bucket; VM and dispatch overheads outside the kernels are
-not modelled (:func:`Plan.predicted` is kernel time).
+the curve is per family, not per bucket; without a calibration, VM and dispatch overheads
+outside the kernels are not modelled (the plan is kernel time).
 """
 
 from __future__ import annotations

@@ -113,42 +113,58 @@ def test_a_task_past_its_jump_expects_only_the_slow_tail() -> None:
     assert behind.time(10) < 60e-6
 
 
-def test_calibration_anchors_the_model_to_the_timed_build() -> None:
-    # timed at 8 and 32: 100 us a call, 80 of it in kernels the model put at 40; then
-    # 300 us, 240 in kernels modelled at 240
-    cal = Calibration((8, 32), (100e-6, 300e-6), (80e-6, 240e-6), (40e-6, 240e-6))
-    values = [(4, 0.25), (8, 0.25), (20, 0.25), (32, 0.25)]
-    before = [30e-6, 40e-6, 140e-6, 240e-6]
-    # at a timed value the build the model describes is predicted at its measured time
-    got = cal.apply(before, values)
-    assert got[1] == pytest.approx(100e-6) and got[3] == pytest.approx(300e-6)
-    # held below the first value, interpolated between: factor 1.5, 40 us left over at 20
-    assert got[0] == pytest.approx(30e-6 * 2 + 20e-6)
-    assert got[2] == pytest.approx(140e-6 * 1.5 + 40e-6)
-    # the model's gain is kept: kernels modelled to halve at 32 take 120 of the 240 us
-    assert cal.apply([0.0, 0.0, 0.0, 120e-6], values)[3] == pytest.approx(180e-6)
-    # kernels timed alone above the whole call (noise) count as the whole call
-    noisy = Calibration((8,), (100e-6,), (150e-6,), (50e-6,))
-    assert noisy.apply([50e-6], [(8, 1.0)]) == [pytest.approx(100e-6)]
-    # `tunefarm plan` says what the calibration found
+def test_calibration_corrects_each_kernel_by_the_timed_build(tmp_path: Path, llvm_target) -> None:
     from tuner.cli.plan import plan_notes
-    from tuner.symbolic.planner import Plan
+    from tuner.kernel_profile import KernelProfile, KernelTime
 
-    plan = Plan("n", (8,), 1, (), (), 1.0, 1.0, 1.0, GainCurve(0.2, 8.0, "prior"))
-    assert "kernel time (VM and dispatch overheads not modelled)" in plan_notes(plan)[-1]
-    calibrated = Plan(
-        "n", (8,), 1, (), (), 1.0, 1.0, 1.0, GainCurve(0.2, 8.0, "prior"), (), (), cal, 90e-6
-    )
+    model = load_model(MLP)
+    db = TuneFarmDatabase(Storage(f"sqlite:///{tmp_path / 'empty.db'}"))
+    profile = ShapeProfile(("b",), (((8,), 50), ((30,), 50)))
+    planner = Planner(model.mod, llvm_target, db, profile, model.shape_vars)
+    # the build's functions, named as the build names them, map to the model's kernels
+    assert planner._attribute("fused_matmul_add_gelu") == ("generic", "fused_matmul_add_gelu")
+    assert planner._attribute("fused_matmul1_add1_b16_static") == ("bucket", "fused_matmul1_add1")
+    assert planner._attribute("fused_matmul_add_gelu_b8_at4_exact")[1] == "fused_matmul_add_gelu"
+    assert planner._attribute("tunefarm_pad0") is None
+    # nothing tuned: the build runs generic code everywhere; timed at 8 and 30, the generic
+    # kernels took 3x and 1.5x the model's figure, and 20 us went outside them (a pad too)
+    chosen, statics = planner.before()
+    base = planner.latency(chosen, statics, at=[8, 30])
+    generic = {
+        v: {km.name: km.calls * km.generic(v) for km in planner.kernels.values()} for v in (8, 30)
+    }
+
+    def timed(v: int, factor: float) -> KernelProfile:
+        kernels = [KernelTime(n, 1, factor * t) for n, t in generic[v].items()]
+        kernels.append(KernelTime("tunefarm_pad0", 1, 5e-6))
+        return KernelProfile(factor * sum(generic[v].values()) + 20e-6, tuple(kernels), 30)
+
+    cal = planner.calibrate({8: timed(8, 3.0), 30: timed(30, 1.5)})
+    assert cal.values == (8, 30) and cal.modelled_sec == pytest.approx(tuple(base))
+    assert cal.rest_sec == pytest.approx((20e-6, 20e-6))  # the pad is outside the model's
+    name = "fused_matmul_add_gelu"
+    assert cal.generic[name] == ((8, pytest.approx(3.0)), (30, pytest.approx(1.5)))
+    assert cal.generic_factor(name, 19) == pytest.approx(2.25)  # interpolated
+    assert cal.generic_factor(name, 100) == pytest.approx(1.5)  # held
+    # the planner now prices with it: the timed build is predicted at its measured time
+    got = planner.latency(chosen, statics, at=[8, 30])
+    for v, f, x in zip((8, 30), (3.0, 1.5), got, strict=True):
+        assert x == pytest.approx(timed(v, f).model_sec)
+    # ... and so does the plan (figures and choice), which keeps the uncalibrated figure
+    plan = planner.plan(24)
+    assert plan.calibration == cal and plan.kernel_after_sec < plan.after_sec
+    again = planner.plan(24, measured={8: timed(8, 3.0), 30: timed(30, 1.5)})
+    assert again.calibration == cal and again.after_sec == pytest.approx(plan.after_sec)
     assert (
-        "timed at 2 values (n=8..32): its kernels took 1.00-2.00x the model's time, "
-        in (plan_notes(calibrated)[-1])
+        "timed at 2 values (b=8..30): its kernels ran at 1.50-3.00x the model's time"
+        in (plan_notes(plan)[-1])
     )
     with pytest.raises(ValueError, match="one measured"):
-        Calibration((8, 16), (1e-6,), (1e-6,), (1e-6,))
+        Calibration((8, 16), (1e-6,), (1e-6,), (0.0,))
     with pytest.raises(ValueError, match="increasing"):
-        Calibration((16, 8), (1e-6, 1e-6), (1e-6, 1e-6), (1e-6, 1e-6))
-    with pytest.raises(ValueError, match="positive"):
-        Calibration((8,), (0.0,), (0.0,), (1e-6,))
+        Calibration((16, 8), (1e-6, 1e-6), (1e-6, 1e-6), (0.0, 0.0))
+    with pytest.raises(ValueError, match="factors must be positive"):
+        Calibration((8,), (1e-6,), (1e-6,), (0.0,), bucket={"k": 0.0})
 
 
 def _result(n: int, tuned: float, untuned: float, ref: float) -> BenchResult:
@@ -243,6 +259,7 @@ def test_plan_tune_replan_and_bench_over_the_profile(tmp_path: Path) -> None:
     assert job["stages"][0]["plan"]["calibration"] is None
     cal = job["stages"][1]["plan"]["calibration"]
     assert cal["values"] == [3, 20, 24, 30, 60] and min(cal["measured_sec"]) > 0
+    assert cal["generic"] or cal["bucket"]  # the build's kernels were found in the model
     # re-planning reads the new measurements: measured bests, the records counted
     again = runner.invoke(app, [*args, "--trials", "20", "--json"])
     assert again.exit_code == 0, again.output

@@ -120,7 +120,7 @@ def replan(
         values = sorted({s[planner.var] for s, _ in checked.representatives(CALIBRATION_VALUES)})
         shapes = [{planner.var: v} for v in values]
         timed = time_build(loaded, tgt, db, shapes, repeat=5, traffic=checked.marginals())
-        measured = {v: (p.model_sec, p.kernel_sec) for v, p in zip(values, timed, strict=True)}
+        measured = dict(zip(values, timed, strict=True))
     return planner.plan(trials, new_only=new_only, measured=measured)
 
 
@@ -195,14 +195,15 @@ def plan_notes(plan: Any) -> list[str]:
     if cal is None:
         lines.append("predicted figures are kernel time (VM and dispatch overheads not modelled)")
     else:
-        factors = [cal.kernel_factor(v) for v in cal.values]
-        rest = [cal.overhead(v) for v in cal.values]
+        factors = [f for pts in (*cal.generic.values(), *cal.above.values()) for _, f in pts]
+        factors += [*cal.bucket.values(), *cal.static.values()]
+        spread = f"{min(factors):.2f}-{max(factors):.2f}x" if factors else "-"
         lines.append(
-            f"predicted figures calibrated by this database's build, timed at "
-            f"{len(cal.values)} values ({plan.var}={cal.values[0]}..{cal.values[-1]}): its "
-            f"kernels took {min(factors):.2f}-{max(factors):.2f}x the model's time, and "
-            f"{fmt_sec(min(rest))}-{fmt_sec(max(rest))} a call went outside them "
-            f"(kernel time alone: {fmt_sec(plan.kernel_after_sec)} planned)"
+            f"calibrated by this database's build, timed at {len(cal.values)} values "
+            f"({plan.var}={cal.values[0]}..{cal.values[-1]}): its kernels ran at {spread} the "
+            f"model's time, and {fmt_sec(min(cal.rest_sec))}-{fmt_sec(max(cal.rest_sec))} a "
+            f"call went outside them; planned with it (kernel time alone: "
+            f"{fmt_sec(plan.kernel_after_sec)})"
         )
     return lines
 

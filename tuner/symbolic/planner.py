@@ -290,6 +290,8 @@ class TaskModel:
     # the range kernel's tile, from the record (None: unknown; 0: it does not transplant)
     tile: int | None = None
     floor_sec: float = 0.0  # its buffers' bytes at PRIOR_BYTES_PER_SEC
+    # its best record is the default schedule: the build offers its static kernel only
+    default_won: bool = False
     # the generic code's time here scaled from another bucket's measured one (None: none)
     generic_guess: float | None = None
     cls: str = "contraction"  # its kernel class (rangekernel.kernel_class)
@@ -438,59 +440,72 @@ Chosen = dict[str, dict[int, int]]  # kernel -> bucket -> trials
 
 @dataclass(frozen=True)
 class Calibration:
-    """The database's build timed at some of the profile's values: its time a call
-    (``measured_sec``), its kernels' timed alone (``kernel_sec``,
-    :mod:`tuner.kernel_profile`) and the kernel-time model's figure for the same build
-    (``modelled_sec``). The model is trusted for how much the kernels gain, not for what
-    they take: a prediction at ``v`` is the model's kernel time scaled by kernels alone /
-    modelled, plus what the kernels leave over (the VM's own work: allocations, shape
-    checks, the dispatch's branches; and the kernels' slowdown on the model's caches), both
-    interpolated linearly between the timed values (held beyond them). At a timed value the
-    database's own build is predicted at its measured time."""
+    """The database's build timed at some of the profile's values (``values``): the whole
+    call (``measured_sec``) and each kernel alone (:mod:`tuner.kernel_profile`), against the
+    kernel-time model of the same database. What it corrects, kernel by kernel:
+
+    - ``generic``: a kernel's generic code, measured / modelled at the values where the build
+      ran it (interpolated between them, held beyond): generic code far off its bucket runs
+      at other speeds than scaled from there;
+    - ``bucket``: a kernel's bucket kernels, the median of measured / modelled over the
+      values up to its largest bucket where the build ran one;
+    - ``above``: the one kernel that serves every value above its largest bucket (a range
+      kernel padded far past its bucket, or a static one), measured / modelled at those
+      values, interpolated (on the transformer block 1.3-4.5x its figure);
+    - ``static``: the kernels without the variable, likewise;
+    - ``rest_sec``: what the call spends outside the model's kernels (the VM's allocations,
+      shape checks and branches, the pads and crops, the kernels' slowdown on the model's
+      caches), added at each value (interpolated).
+
+    The factors are the kernels', not the values': a plan that moves a value from generic code
+    to a new bucket's kernel takes that kernel's factor there."""
 
     values: tuple[int, ...]
     measured_sec: tuple[float, ...]
-    kernel_sec: tuple[float, ...]
-    modelled_sec: tuple[float, ...]
+    modelled_sec: tuple[float, ...]  # the model's kernel time for the same build
+    rest_sec: tuple[float, ...]
+    generic: dict[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
+    bucket: dict[str, float] = field(default_factory=dict)
+    above: dict[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
+    static: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         n = len(self.values)
-        sizes = {len(self.measured_sec), len(self.kernel_sec), len(self.modelled_sec)}
+        sizes = {len(self.measured_sec), len(self.modelled_sec), len(self.rest_sec)}
         if not n or sizes != {n}:
-            raise ValueError("calibration: one measured, kernel and modelled time per value")
+            raise ValueError("calibration: one measured, modelled and rest time per value")
         if list(self.values) != sorted(set(self.values)):
             raise ValueError("calibration: values must be distinct and increasing")
         if min(self.measured_sec) <= 0 or min(self.modelled_sec) <= 0:
             raise ValueError("calibration: measured and modelled times must be positive")
-        if min(self.kernel_sec) < 0:
-            raise ValueError("calibration: kernel times must not be negative")
-
-    def _at(self, v: int, ys: list[float]) -> float:
-        if v <= self.values[0]:
-            return ys[0]
-        for (v0, y0), (v1, y1) in itertools.pairwise(zip(self.values, ys, strict=True)):
-            if v <= v1:
-                return y0 + (y1 - y0) * (v - v0) / (v1 - v0)
-        return ys[-1]
+        factors = [f for pts in (*self.generic.values(), *self.above.values()) for _, f in pts]
+        factors += [*self.bucket.values(), *self.static.values()]
+        if min(self.rest_sec) < 0 or any(f <= 0 for f in factors):
+            raise ValueError("calibration: rest times and factors must be positive")
 
     def overhead(self, v: int) -> float:
-        """The build's time outside its kernels at ``v``."""
-        pairs = zip(self.measured_sec, self.kernel_sec, strict=True)
-        return self._at(v, [max(m - k, 0.0) for m, k in pairs])
+        """The call's time outside the model's kernels at ``v``."""
+        return _interpolate(v, list(zip(self.values, self.rest_sec, strict=True)))
 
-    def kernel_factor(self, v: int) -> float:
-        """Its kernels timed alone (at most the whole call) / the model's kernel time."""
-        ratios = [
-            min(k, m) / p if k > 0 else 1.0
-            for m, k, p in zip(self.measured_sec, self.kernel_sec, self.modelled_sec, strict=True)
-        ]
-        return self._at(v, ratios)
+    def generic_factor(self, kernel: str, v: int) -> float:
+        points = self.generic.get(kernel)
+        return _interpolate(v, list(points)) if points else 1.0
 
-    def apply(self, lat: list[float], values: list[tuple[int, float]]) -> list[float]:
-        return [
-            x * self.kernel_factor(v) + self.overhead(v)
-            for x, (v, _) in zip(lat, values, strict=True)
-        ]
+    def bucket_factor(self, kernel: str, v: int, above: bool) -> float:
+        """A bucket kernel's factor at ``v`` (``above``: above the kernel's largest bucket;
+        where none was timed there, the factor up to it)."""
+        points = self.above.get(kernel) if above else None
+        return _interpolate(v, list(points)) if points else self.bucket.get(kernel, 1.0)
+
+
+def _interpolate(v: int, points: list[tuple[int, float]]) -> float:
+    """Linear between the points (increasing x), held beyond them."""
+    if v <= points[0][0]:
+        return points[0][1]
+    for (v0, y0), (v1, y1) in itertools.pairwise(points):
+        if v <= v1:
+            return y0 + (y1 - y0) * (v - v0) / (v1 - v0)
+    return points[-1][1]
 
 
 class Planner:
@@ -518,6 +533,7 @@ class Planner:
         self.values = [(s[self.var], w) for s, w in profile.representatives(MAX_VALUES)]
         self.curves = fit_curves(db, target)
         self.curve = self.curves.overall
+        self.calibration: Calibration | None = None
         self.new_only = False
         self._analyse()
 
@@ -576,6 +592,7 @@ class Planner:
             tm.default_sec = self.db.default_schedule_sec(task.mod, self.target)
             if value is not None and found is not None and name in self.funcs:
                 tm.tile = _tile_of(self.funcs[name], found.record, self.var)
+                tm.default_won = tm.tile is None
         fam = self.family.get(name)
         tm.cls = self.classes.get(name, "contraction")
         tm.curve = self.curves.for_task(fam, tm.cls)
@@ -663,9 +680,14 @@ class Planner:
         for km in self.kernels.values():
             for i, c in enumerate(self._kernel_costs(km, chosen.get(km.name, {}), at=at)):
                 out[i] += km.calls * c
+        cal = self.calibration
         for name, tm in self.statics.items():
             const = tm.calls * tm.time(static_trials.get(name, 0))
+            const *= cal.static.get(name, 1.0) if cal is not None else 1.0
             out = [x + const for x in out]
+        if cal is not None:
+            vs = [v for v, _ in self.values] if at is None else at
+            out = [x + cal.overhead(v) for x, v in zip(out, vs, strict=True)]
         return out
 
     def _dispatch(
@@ -681,12 +703,17 @@ class Planner:
             sec = tm.time(t)
             generic.append((b, tm.generic_est))
             tile = tm.tile or _prior_tile(b)  # tm.tile 0: the record does not transplant
-            if tm.tile != 0 and offers_range(tile, km.degree):  # as the build does
+            # the default schedule won and no new trial may change that: as the build, no
+            # range kernel and no instances (matmul2 of the transformer block then ran its
+            # generic code above the bucket, 8.2 ms at s=236, where the model had a range
+            # kernel at 0.25 ms)
+            transplants = tm.tile != 0 and not (tm.default_won and t <= tm.recorded)
+            if transplants and offers_range(tile, km.degree):  # as the build does
                 kernels.append(BucketKernel(b, tile, f"{km.name}{b}", "", sec))
             kernels.append(BucketKernel(b, b, f"{km.name}{b}_s", "", sec, static=True))
             if b > 1:  # the same at its bucket, unpadded (the build's exact kernel)
                 kernels.append(BucketKernel(b, 1, f"{km.name}{b}_x", "", sec, static=True))
-            for at in instance_points(lower, b) if tm.tile != 0 else ():
+            for at in instance_points(lower, b) if transplants else ():
                 if at % tile == 0:  # the build's static instances between the buckets
                     scaled = sec * (at / b) ** km.degree
                     name = f"{km.name}{b}_at{at}"
@@ -709,11 +736,17 @@ class Planner:
         kernels serve."""
         out = []
         values = self.values if at is None else [(v, 0.0) for v in at]
+        cal = self.calibration
         for (v, w), bk in zip(values, self._served_by(km, trials, at), strict=True):
             if bk is None:
-                out.append(km.generic(v))
+                factor = cal.generic_factor(km.name, v) if cal is not None else 1.0
+                out.append(km.generic(v) * factor)
                 continue
-            out.append(bk.cost(v, km.degree, km.buffers))
+            factor = 1.0
+            if cal is not None:
+                top = max((b for b, t in trials.items() if t >= 1), default=0)
+                factor = cal.bucket_factor(km.name, v, above=v > top)
+            out.append(bk.cost(v, km.degree, km.buffers) * factor)
             if served is not None:  # (a static instance is its origin bucket's schedule)
                 bucket = bk.origin or bk.value
                 scale = (bk.padded(v) / bucket) ** km.degree
@@ -858,55 +891,110 @@ class Planner:
         }
         return chosen, {n: t.recorded for n, t in self.statics.items()}
 
-    def calibrate(self, measured: dict[int, tuple[float, float]]) -> Calibration:
-        """The calibration by the database's build timed at ``measured``'s values (value ->
-        (seconds a call, its kernels' seconds timed alone))."""
-        values = sorted(measured)
+    def calibrate(self, timed: dict[int, Any]) -> Calibration:
+        """The calibration by the database's build timed at ``timed``'s values (value ->
+        its :class:`~tuner.kernel_profile.KernelProfile`); the planner uses it from then on
+        (:attr:`calibration`), in its search as in its figures."""
+        self.calibration = None  # the factors are against the model alone
+        values = sorted(timed)
         before_c, before_s = self.before()
         modelled = self.latency(before_c, before_s, at=values)
-        return Calibration(
+        generic: dict[str, list[tuple[int, float]]] = {}
+        bucket: dict[str, list[float]] = {}
+        above: dict[str, list[tuple[int, float]]] = {}
+        static: dict[str, list[float]] = {}
+        rest = []
+        for v in values:
+            ran: dict[tuple[str, str], float] = {}
+            for k in timed[v].kernels:
+                who = self._attribute(k.name)
+                if who is not None:
+                    ran[who] = ran.get(who, 0.0) + k.sec
+            rest.append(max(timed[v].model_sec - sum(ran.values()), 0.0))
+            for (kind, name), sec in ran.items():
+                if kind == "static":
+                    tm = self.statics[name]
+                    model = tm.calls * tm.time(before_s.get(name, 0))
+                    if model > 0:
+                        static.setdefault(name, []).append(sec / model)
+                    continue
+                km = self.kernels[name]
+                bk = self._served_by(km, before_c.get(name, {}), [v])[0]
+                if kind == "generic":
+                    model = km.calls * km.generic(v)
+                    if model > 0:
+                        generic.setdefault(name, []).append((v, sec / model))
+                elif bk is not None:  # a bucket kernel where the model has one too
+                    model = km.calls * bk.cost(v, km.degree, km.buffers)
+                    top = max((b for b, t in before_c.get(name, {}).items() if t >= 1), default=0)
+                    if model > 0 and v > top:
+                        above.setdefault(name, []).append((v, sec / model))
+                    elif model > 0:
+                        bucket.setdefault(name, []).append(sec / model)
+        cal = Calibration(
             tuple(values),
-            tuple(measured[v][0] for v in values),
-            tuple(measured[v][1] for v in values),
+            tuple(timed[v].model_sec for v in values),
             tuple(modelled),
+            tuple(rest),
+            generic={k: tuple(pts) for k, pts in generic.items()},
+            bucket={k: statistics.median(fs) for k, fs in bucket.items()},
+            above={k: tuple(pts) for k, pts in above.items()},
+            static={k: statistics.median(fs) for k, fs in static.items()},
         )
+        self.calibration = cal
+        return cal
+
+    def _attribute(self, function: str) -> tuple[str, str] | None:
+        """Which of the model's kernels a built function is: ("generic", kernel) for its
+        generic code, ("bucket", kernel) for one of its bucket kernels
+        (``{kernel}_{var}{bucket}...``), ("static", kernel); None: not a kernel the model
+        prices (pads, crops, shape functions)."""
+        if function in self.kernels:
+            return ("generic", function)
+        if function in self.statics:
+            return ("static", function)
+
+        def bucket_of(name: str) -> bool:
+            prefix = f"{name}_{self.var}"
+            return function.startswith(prefix) and function[len(prefix) :][:1].isdigit()
+
+        found = max((n for n in self.kernels if bucket_of(n)), key=len, default=None)
+        return None if found is None else ("bucket", found)
 
     def plan(
         self,
         budget: int,
         *,
         new_only: bool = False,
-        measured: dict[int, tuple[float, float]] | None = None,
+        measured: dict[int, Any] | None = None,
     ) -> Plan:
         """The plan for ``budget`` trials: the records of the planned tasks after the job
         (those already stored count), or with ``new_only`` the records the job adds (a
         re-plan between the stages of one budget, :func:`stage_budgets`). With
         ``measured`` (the database's build timed at some values, :meth:`calibrate`), the
-        figures it reports are calibrated by it (:class:`Calibration`); the choice of
-        buckets and trials is the kernel-time model's."""
+        model is calibrated by it (:class:`Calibration`, kept for later plans), in the choice
+        of buckets and trials as in the figures (``kernel_after_sec``: the same plan,
+        uncalibrated)."""
         self.new_only = new_only
+        if measured:
+            self.calibrate(measured)
+        cal = self.calibration
         buckets, chosen, statics, after = self.search(budget)
         before_c, before_s = self.before()
         untuned_c: Chosen = {k: {} for k in self.kernels}
         lat_after = self.latency(chosen, statics)
         lat_before = self.latency(before_c, before_s)
-        lat_untuned = self.latency(untuned_c, {})
-        cal = self.calibrate(measured) if measured else None
         kernel_after = None
+        self.calibration = None  # the untuned build is another module: not calibrated
         if cal is not None:
-            kernel_after = after
-            # (the untuned build is another module, all generic code: not calibrated)
-            lat_after = cal.apply(lat_after, self.values)
-            lat_before = cal.apply(lat_before, self.values)
-            after = _mean(lat_after, self.values)
+            kernel_after = self.expected(chosen, statics)
+        lat_untuned = self.latency(untuned_c, {})
+        self.calibration = cal
         rows = _rows(self.values, buckets, lat_untuned, lat_before, lat_after)
         tasks = self._tasks(buckets, chosen, statics)
         alternatives = []
         for label, alt in self._alternatives(buckets):
             found = self.split(alt, budget)
-            if found is not None and cal is not None:  # in the plan's own terms
-                lat = cal.apply(self.latency(found[0], found[1]), self.values)
-                found = (found[0], found[1], _mean(lat, self.values))
             alternatives.append((label, None if found is None else found[2]))
         notes = []
         if any(t.default_source == "prior" for k in self.kernels.values() for t in k.at.values()):

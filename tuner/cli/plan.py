@@ -105,8 +105,8 @@ def replan(
     measure: bool = False,
 ) -> Any:
     """The plan from what the database holds now (``new_only``: ``trials`` new records;
-    ``measure``: its figures calibrated by the database's build timed at
-    :data:`CALIBRATION_VALUES` of the profile's values)."""
+    ``measure``: the planner calibrated by the database's build timed at
+    :data:`CALIBRATION_VALUES` of the profile's values, and the plan made with it)."""
     from database import TuneFarmDatabase
     from tuner.symbolic.planner import Planner
 
@@ -195,8 +195,7 @@ def plan_notes(plan: Any) -> list[str]:
     if cal is None:
         lines.append("predicted figures are kernel time (VM and dispatch overheads not modelled)")
     else:
-        factors = [f for pts in (*cal.generic.values(), *cal.above.values()) for _, f in pts]
-        factors += [*cal.bucket.values(), *cal.static.values()]
+        factors = cal.factors()
         spread = f"{min(factors):.2f}-{max(factors):.2f}x" if factors else "-"
         lines.append(
             f"calibrated by this database's build, timed at {len(cal.values)} values "

@@ -188,7 +188,7 @@ def _tune_planned(
             else:
                 want = share + carried if not last else total - spent
                 try:
-                    # after a stage: its build timed, so that the figures are calibrated
+                    # after a stage: its build timed, and the re-plan calibrated by it
                     plan = cli_plan.replan(
                         loaded, tgt, storage, profile, want, new_only=True, measure=bool(done)
                     )

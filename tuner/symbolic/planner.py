@@ -38,8 +38,9 @@ The model (documented in docs/symbolic-shapes.md, "Buckets from traffic"):
   re-derived from the first split's predicted times.
 
 - **Calibration** (a re-plan between stages, :class:`Calibration`): the database's build timed
-  at some of the profile's values; the plan's figures become the model's kernel time x
-  (kernels timed alone / modelled) plus the call's time outside its kernels, interpolated.
+  at some of the profile's values, each built kernel alone too; the model's kernels are
+  scaled by measured / modelled, kernel by kernel, and the call's time outside its kernels
+  is added; the re-plan's search and figures both use it.
 
 Limits: one symbolic variable per model (the dispatch itself serves kernels of one variable);
 the curve is per family, not per bucket; without a calibration, VM and dispatch overheads
@@ -347,6 +348,22 @@ class KernelModel:
         )
 
 
+def _nearest(
+    measured: dict[int, TaskModel], b: int, tm: TaskModel, degree: int
+) -> tuple[int, TaskModel, float]:
+    """The bucket of ``measured`` nearest ``b`` (in ratio), its task, and the factor that
+    scales a time there to ``tm``'s at ``b``: by FLOPs, else by ``(b / near) ** degree``."""
+    near = min(measured, key=lambda m: abs(math.log(m / b)))
+    ref = measured[near]
+    scale = tm.flops / ref.flops if ref.flops and tm.flops else (b / near) ** degree
+    return near, ref, scale
+
+
+def _top_bucket(trials: dict[int, int]) -> int:
+    """The largest bucket given at least one trial (0: none)."""
+    return max((b for b, t in trials.items() if t >= 1), default=0)
+
+
 def _prior_tile(value: int) -> int:
     """A range kernel's tile where no record says: the largest power of two dividing the
     bucket, at most 16 (the tiles tuned kernels of the examples have: 1 to 32)."""
@@ -416,8 +433,9 @@ class Plan:
     curve: GainCurve
     alternatives: tuple[tuple[str, float | None], ...] = ()
     notes: tuple[str, ...] = ()
-    # the built module timed between stages: untuned, before and after are calibrated by it
-    # (kernel_after_sec: the kernel-time model's own prediction)
+    # the built module timed between stages: the plan was made with it, and before and after
+    # are calibrated by it (untuned is not: another module); kernel_after_sec: the same
+    # plan's kernel-time figure
     calibration: Calibration | None = None
     kernel_after_sec: float | None = None
 
@@ -478,10 +496,13 @@ class Calibration:
             raise ValueError("calibration: values must be distinct and increasing")
         if min(self.measured_sec) <= 0 or min(self.modelled_sec) <= 0:
             raise ValueError("calibration: measured and modelled times must be positive")
-        factors = [f for pts in (*self.generic.values(), *self.above.values()) for _, f in pts]
-        factors += [*self.bucket.values(), *self.static.values()]
-        if min(self.rest_sec) < 0 or any(f <= 0 for f in factors):
+        if min(self.rest_sec) < 0 or any(f <= 0 for f in self.factors()):
             raise ValueError("calibration: rest times and factors must be positive")
+
+    def factors(self) -> list[float]:
+        """Every measured / modelled factor it holds."""
+        out = [f for pts in (*self.generic.values(), *self.above.values()) for _, f in pts]
+        return [*out, *self.bucket.values(), *self.static.values()]
 
     def overhead(self, v: int) -> float:
         """The call's time outside the model's kernels at ``v``."""
@@ -614,12 +635,8 @@ class Planner:
             if tm.default_sec is not None:
                 continue
             if measured:
-                near = min(measured, key=lambda m: abs(math.log(m / b)))
-                ref = measured[near]
-                if ref.flops and tm.flops:
-                    tm.default_est = ref.default_est * tm.flops / ref.flops
-                else:
-                    tm.default_est = ref.default_est * (b / near) ** km.degree
+                near, ref, scale = _nearest(measured, b, tm, km.degree)
+                tm.default_est = ref.default_est * scale
                 tm.default_source = f"scaled from {self.var}={near}"
             else:
                 tm.default_est = _prior_default(tm)
@@ -629,9 +646,7 @@ class Planner:
         generic = {b: t for b, t in km.at.items() if t.generic_sec is not None}
         for b, tm in km.at.items():
             if tm.generic_sec is None and generic:
-                near = min(generic, key=lambda m: abs(math.log(m / b)))
-                ref = generic[near]
-                scale = tm.flops / ref.flops if ref.flops and tm.flops else (b / near) ** km.degree
+                _, ref, scale = _nearest(generic, b, tm, km.degree)
                 tm.generic_guess = max(tm.default_est, ref.generic_sec * scale)
         for tm in self.statics.values():
             if tm.default_sec is None:
@@ -737,15 +752,13 @@ class Planner:
         out = []
         values = self.values if at is None else [(v, 0.0) for v in at]
         cal = self.calibration
+        top = _top_bucket(trials)
         for (v, w), bk in zip(values, self._served_by(km, trials, at), strict=True):
             if bk is None:
                 factor = cal.generic_factor(km.name, v) if cal is not None else 1.0
                 out.append(km.generic(v) * factor)
                 continue
-            factor = 1.0
-            if cal is not None:
-                top = max((b for b, t in trials.items() if t >= 1), default=0)
-                factor = cal.bucket_factor(km.name, v, above=v > top)
+            factor = cal.bucket_factor(km.name, v, above=v > top) if cal is not None else 1.0
             out.append(bk.cost(v, km.degree, km.buffers) * factor)
             if served is not None:  # (a static instance is its origin bucket's schedule)
                 bucket = bk.origin or bk.value
@@ -919,15 +932,16 @@ class Planner:
                         static.setdefault(name, []).append(sec / model)
                     continue
                 km = self.kernels[name]
-                bk = self._served_by(km, before_c.get(name, {}), [v])[0]
                 if kind == "generic":
                     model = km.calls * km.generic(v)
                     if model > 0:
                         generic.setdefault(name, []).append((v, sec / model))
-                elif bk is not None:  # a bucket kernel where the model has one too
+                    continue
+                trials = before_c.get(name, {})
+                bk = self._served_by(km, trials, [v])[0]
+                if bk is not None:  # a bucket kernel where the model has one too
                     model = km.calls * bk.cost(v, km.degree, km.buffers)
-                    top = max((b for b, t in before_c.get(name, {}).items() if t >= 1), default=0)
-                    if model > 0 and v > top:
+                    if model > 0 and v > _top_bucket(trials):
                         above.setdefault(name, []).append((v, sec / model))
                     elif model > 0:
                         bucket.setdefault(name, []).append(sec / model)

@@ -196,6 +196,7 @@ def run(
         }
 
     with tempfile.TemporaryDirectory(prefix="tunefarm-planner-") as tmp:
+        setups = []  # (model, var, case, profile file, work dir, choices), made once
         for name in models:
             model, var, bound = WORKLOADS[name]
             for kind in profiles:
@@ -209,37 +210,32 @@ def run(
                     "pow2": powers_of_two(hist, bound),
                     **hand_buckets(hist, bound),
                 }
-                runs: list[dict[str, Any]] = []
                 case: dict[str, Any] = {
                     "model": name,
                     "profile": kind,
                     "histogram": hist,
-                    "runs": runs,
+                    "runs": [],
                 }
                 cases.append(case)  # filled in run by run
-                for seed in seeds:
-                    for strategy, buckets in choices.items():
-                        log(f"{name} {kind} seed {seed}: {strategy} {buckets or ''}")
-                        r = _run_one(
-                            model,
-                            var,
-                            profile,
-                            strategy,
-                            buckets,
-                            trials,
-                            seed,
-                            env,
-                            work,
-                            stages,
-                        )
-                        if r.get("error"):
-                            log(f"  {r['error']}")
-                        else:
-                            log(f"  mean {r['mean_sec'] * 1e6:.1f} us, buckets {r['buckets']}")
-                        runs.append(r)
-                        case["summary"] = summarize(runs)
-                        if save is not None:
-                            save(data())
+                setups.append((model, var, case, profile, work, choices))
+        # seed by seed over every case, so a run cut off keeps whole seeds of every profile
+        for seed in seeds:
+            for model, var, case, profile, work, choices in setups:
+                runs = case["runs"]
+                for strategy, buckets in choices.items():
+                    head = f"{case['model']} {case['profile']} seed {seed}"
+                    log(f"{head}: {strategy} {buckets or ''}")
+                    r = _run_one(
+                        model, var, profile, strategy, buckets, trials, seed, env, work, stages
+                    )
+                    if r.get("error"):
+                        log(f"  {r['error']}")
+                    else:
+                        log(f"  mean {r['mean_sec'] * 1e6:.1f} us, buckets {r['buckets']}")
+                    runs.append(r)
+                    case["summary"] = summarize(runs)
+                    if save is not None:
+                        save(data())
     return data()
 
 

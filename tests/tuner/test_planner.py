@@ -77,6 +77,43 @@ def test_gain_curve() -> None:
     assert 0.1 < c.ratio(8) < c.ratio(4) < 1.0 and abs(c.ratio(1000) - 0.1) < 1e-9
 
 
+def test_a_contraction_far_from_its_roofline_jumps(tmp_path: Path, llvm_target) -> None:
+    from tuner.symbolic.planner import JUMP_MIN, JUMP_TAU
+
+    jump = GainCurve(0.01, JUMP_TAU, "jump", log=True)
+    assert jump.ratio(0) == 1.0 and jump.ratio(1) == 1.0
+    # most of the speed-up, in orders of magnitude, at the second trial (GPT-2's matmuls:
+    # 1.0, 0.027, 0.019 at trials 1-3, 0.013 at 32), then the floor
+    assert 0.01 < jump.ratio(3) < jump.ratio(2) < 0.05
+    assert jump.ratio(64) == pytest.approx(0.01)
+    # from an empty database, the MLP's matmuls (untuned defaults far off their roofline)
+    # follow it, so a bucket with two trials a task is worth most of its gain
+    model = load_model(MLP)
+    db = TuneFarmDatabase(Storage(f"sqlite:///{tmp_path / 'empty.db'}"))
+    profile = ShapeProfile(("b",), (((30,), 1),))
+    planner = Planner(model.mod, llvm_target, db, profile, model.shape_vars)
+    tasks = [t for k in planner.kernels.values() for t in k.at.values()]
+    jumping = [t for t in tasks if t.curve.log]
+    assert jumping and all(t.cls == "contraction" for t in jumping)
+    for t in jumping:
+        assert t.curve.floor * JUMP_MIN <= 1.0
+        gain = (t.default_est - t.time(2)) / (t.default_est - t.time(64))
+        assert gain > 0.7
+
+
+def test_calibration_bucket_factors_follow_the_value() -> None:
+    # a large bucket's kernel ran at 0.3x its figure padded down to b=8 and at 1.0x near its
+    # bucket: interpolated between, held beyond, and above the bucket without timings there
+    cal = Calibration(
+        (8, 200), (1e-6, 1e-6), (1e-6, 1e-6), (0.0, 0.0), bucket={"k": ((8, 0.3), (200, 1.0))}
+    )
+    assert cal.bucket_factor("k", 8, above=False) == pytest.approx(0.3)
+    assert cal.bucket_factor("k", 104, above=False) == pytest.approx(0.65)
+    assert cal.bucket_factor("k", 300, above=True) == pytest.approx(1.0)
+    assert cal.bucket_factor("other", 8, above=False) == 1.0
+    assert sorted(cal.factors()) == [0.3, 1.0]
+
+
 def test_a_family_curve_is_its_buckets_measured_curve_then_a_slow_tail() -> None:
     tail = TAIL_CURVES["contraction"]
     # two buckets' histories (best / default after each record), one shorter
@@ -164,7 +201,7 @@ def test_calibration_corrects_each_kernel_by_the_timed_build(tmp_path: Path, llv
     with pytest.raises(ValueError, match="increasing"):
         Calibration((16, 8), (1e-6, 1e-6), (1e-6, 1e-6), (0.0, 0.0))
     with pytest.raises(ValueError, match="factors must be positive"):
-        Calibration((8,), (1e-6,), (1e-6,), (0.0,), bucket={"k": 0.0})
+        Calibration((8,), (1e-6,), (1e-6,), (0.0,), bucket={"k": ((8, 0.0),)})
 
 
 def _result(n: int, tuned: float, untuned: float, ref: float) -> BenchResult:
@@ -260,6 +297,8 @@ def test_plan_tune_replan_and_bench_over_the_profile(tmp_path: Path) -> None:
     cal = job["stages"][1]["plan"]["calibration"]
     assert cal["values"] == [3, 20, 24, 30, 60] and min(cal["measured_sec"]) > 0
     assert cal["generic"] or cal["bucket"]  # the build's kernels were found in the model
+    # the re-plan keeps the first stage's buckets: the build dispatches over all of them
+    assert set(job["stages"][0]["plan"]["buckets"]) <= set(job["stages"][1]["plan"]["buckets"])
     # re-planning reads the new measurements: measured bests, the records counted
     again = runner.invoke(app, [*args, "--trials", "20", "--json"])
     assert again.exit_code == 0, again.output

@@ -20,7 +20,9 @@ The model (documented in docs/symbolic-shapes.md, "Buckets from traffic"):
   ``rho(t) = floor + (1 - floor) * exp(-(t - 1) / tau)``, ``tau`` fitted to the class's
   histories (least squares over a grid; at least :data:`PRIOR_TAU`), ``floor`` the task's
   roofline over its default (at least :data:`PRIOR_CLASS_FLOOR` for reductions and
-  injective kernels). A task with records is anchored to its measured best:
+  injective kernels); a contraction at least :data:`JUMP_MIN` x off its roofline jumps:
+  ``rho(t) = floor ** (1 - exp(-(t - 1) / JUMP_TAU))`` (:attr:`GainCurve.log`). A task
+  with records is anchored to its measured best:
   ``best * rho(t) / rho(recorded)``, or, at or below its curve already, ``best`` times
   :data:`TAIL_CURVES` (the jump is behind it). A default not measured at a bucket is the
   family's nearest measured default scaled by FLOPs (else by ``(B / B') ** d``), else FLOPs
@@ -81,6 +83,13 @@ PRIOR_FLOOR = 0.2  # without histories: tuning ends at 5x faster than the defaul
 # at 200-230 GFLOPS on the 2-core VM; half of that)
 PRIOR_TUNED_GFLOPS = 100.0
 PRIOR_TAU = 8.0  # ... reaching 63% of that gain in 8 trials
+# ... except a contraction whose default is at least JUMP_MIN x its roofline (a naive loop
+# nest): it jumps, and follows a log-scale curve (GainCurve.log) with this tau. Measured on
+# Hugging Face GPT-2 (17 matmul families, 64 trials each, 2-vCPU AMD EPYC): best / default
+# 1.0, 0.027, 0.019, 0.018 at trials 1-4, 0.013 at 32 (83% of the log gain at trial 2, 91%
+# at 3); this tau gives 76%, 94% and 99% of it at trials 2-4.
+JUMP_TAU = 0.7
+JUMP_MIN = 10.0
 # ... except for kernels without a contraction, whose untuned code is not far off: measured
 # on the transformer block (2-core Xeon, 12-100 trials a task), layer norm ended at 0.39-0.97
 # of its default, softmax at 0.51-1.0, transposes at 1.0 (docs/symbolic-shapes.md)
@@ -117,10 +126,15 @@ class GainCurve:
     source: str
     points: tuple[float, ...] = ()
     tail_floor: float = 1.0
+    # on a log scale, ``floor ** (1 - exp(-(t - 1) / tau))``: the jump of a contraction far
+    # from its roofline (most of the speed-up at the second trial, in orders of magnitude)
+    log: bool = False
 
     def ratio(self, t: float) -> float:
         if t < 1:
             return 1.0
+        if self.log:
+            return self.floor ** (1.0 - math.exp(-(t - 1) / self.tau))
         if self.points:
             n = len(self.points)
             if t <= n:
@@ -290,6 +304,8 @@ class TaskModel:
     curve: GainCurve = field(default_factory=lambda: GainCurve(PRIOR_FLOOR, PRIOR_TAU, "prior"))
     # the range kernel's tile, from the record (None: unknown; 0: it does not transplant)
     tile: int | None = None
+    # the fine variant's smaller tile (rangekernel.range_variants; None: no fine variant)
+    fine_tile: int | None = None
     floor_sec: float = 0.0  # its buffers' bytes at PRIOR_BYTES_PER_SEC
     # its best record is the default schedule: the build offers its static kernel only
     default_won: bool = False
@@ -465,8 +481,11 @@ class Calibration:
     - ``generic``: a kernel's generic code, measured / modelled at the values where the build
       ran it (interpolated between them, held beyond): generic code far off its bucket runs
       at other speeds than scaled from there;
-    - ``bucket``: a kernel's bucket kernels, the median of measured / modelled over the
-      values up to its largest bucket where the build ran one;
+    - ``bucket``: a kernel's bucket kernels, measured / modelled at the values up to its
+      largest bucket where the build ran one (interpolated, held beyond): a large bucket's
+      kernel padded down to small values runs at another factor than at its own size (the
+      MLP's 248-kernel at 0.28x its figure at b = 6-10 and 1.07x at 179-223: one median
+      across both put the large values at a quarter of their time);
     - ``above``: the one kernel that serves every value above its largest bucket (a range
       kernel padded far past its bucket, or a static one), measured / modelled at those
       values, interpolated (on the transformer block 1.3-4.5x its figure);
@@ -483,7 +502,7 @@ class Calibration:
     modelled_sec: tuple[float, ...]  # the model's kernel time for the same build
     rest_sec: tuple[float, ...]
     generic: dict[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
-    bucket: dict[str, float] = field(default_factory=dict)
+    bucket: dict[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
     above: dict[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
     static: dict[str, float] = field(default_factory=dict)
 
@@ -501,8 +520,8 @@ class Calibration:
 
     def factors(self) -> list[float]:
         """Every measured / modelled factor it holds."""
-        out = [f for pts in (*self.generic.values(), *self.above.values()) for _, f in pts]
-        return [*out, *self.bucket.values(), *self.static.values()]
+        points = (*self.generic.values(), *self.bucket.values(), *self.above.values())
+        return [*(f for pts in points for _, f in pts), *self.static.values()]
 
     def overhead(self, v: int) -> float:
         """The call's time outside the model's kernels at ``v``."""
@@ -514,9 +533,9 @@ class Calibration:
 
     def bucket_factor(self, kernel: str, v: int, above: bool) -> float:
         """A bucket kernel's factor at ``v`` (``above``: above the kernel's largest bucket;
-        where none was timed there, the factor up to it)."""
-        points = self.above.get(kernel) if above else None
-        return _interpolate(v, list(points)) if points else self.bucket.get(kernel, 1.0)
+        where none was timed there, the factors up to it)."""
+        points = (self.above.get(kernel) if above else None) or self.bucket.get(kernel)
+        return _interpolate(v, list(points)) if points else 1.0
 
 
 def _interpolate(v: int, points: list[tuple[int, float]]) -> float:
@@ -612,7 +631,7 @@ class Planner:
             tm.best_sec = found.mean_sec if found else None
             tm.default_sec = self.db.default_schedule_sec(task.mod, self.target)
             if value is not None and found is not None and name in self.funcs:
-                tm.tile = _tile_of(self.funcs[name], found.record, self.var)
+                tm.tile, tm.fine_tile = _tiles_of(self.funcs[name], found.record, self.var)
                 tm.default_won = tm.tile is None
         fam = self.family.get(name)
         tm.cls = self.classes.get(name, "contraction")
@@ -668,6 +687,11 @@ class Planner:
             floor = min(1.0, max(0.005, roof / tm.default_est)) if tm.default_est else 1.0
             if tm.cls != "contraction":
                 floor = max(floor, tm.curve.floor)
+            if tm.cls == "contraction" and floor * JUMP_MIN <= 1.0:
+                # far from its roofline: the jump (a few trials reach most of the gain, so
+                # a bucket with two or three trials a task is worth having)
+                tm.curve = GainCurve(floor, JUMP_TAU, f"jump, {tm.curve.source}", log=True)
+                continue
             # a curve fitted to other kernels' histories is as steep as theirs (matmuls whose
             # defaults ran 100x off jump in two trials); one near its roofline is not
             tau = max(tm.curve.tau, PRIOR_TAU)
@@ -725,6 +749,11 @@ class Planner:
             transplants = tm.tile != 0 and not (tm.default_won and t <= tm.recorded)
             if transplants and offers_range(tile, km.degree):  # as the build does
                 kernels.append(BucketKernel(b, tile, f"{km.name}{b}", "", sec))
+            if transplants and tm.fine_tile:
+                # its fine variant, which the tune times and the build offers: a value far
+                # below the bucket pads to the register tile only (the MLP's 200-kernel,
+                # tile 100, served b = 6 at 19 us where padding to 100 was priced 284 us)
+                kernels.append(BucketKernel(b, tm.fine_tile, f"{km.name}{b}_fine", "", sec))
             kernels.append(BucketKernel(b, b, f"{km.name}{b}_s", "", sec, static=True))
             if b > 1:  # the same at its bucket, unpadded (the build's exact kernel)
                 kernels.append(BucketKernel(b, 1, f"{km.name}{b}_x", "", sec, static=True))
@@ -863,8 +892,12 @@ class Planner:
             found = cache[buckets]
             return math.inf if found is None else found[2]
 
-        current: tuple[int, ...] = ()
-        while len(current) < MAX_BUCKETS:
+        # a bucket with records is in the build whatever this plan tunes (the build dispatches
+        # over every bucket the database holds): every set keeps it (a re-plan that left
+        # out the first stage's other bucket predicted a build without it, 1.29x too slow)
+        fixed = tuple(b for b in self.known if self._recorded(b))
+        current: tuple[int, ...] = fixed
+        while len(current) < max(MAX_BUCKETS, len(fixed) + 1):
             options = [tuple(sorted({*current, c})) for c in self.candidates if c not in current]
             if not options:
                 break
@@ -874,7 +907,7 @@ class Planner:
             if score(nxt) == math.inf:
                 break
             current = nxt
-        if not current:
+        if not current or score(current) == math.inf:
             raise TuneFarmError(
                 f"plan: --trials {budget} cannot measure even the default schedules of one "
                 f"bucket's tasks ({self._base((self.candidates[0],))[2]} needed)"
@@ -882,7 +915,7 @@ class Planner:
         improved = True
         while improved:
             improved = False
-            for old in current:
+            for old in (b for b in current if b not in fixed):
                 for new in self.candidates:
                     if new in current:
                         continue
@@ -894,6 +927,10 @@ class Planner:
                     break
         chosen, statics, value = cache[current]
         return current, chosen, statics, value
+
+    def _recorded(self, bucket: int) -> bool:
+        """Whether any of the model's tasks at ``bucket`` has a record."""
+        return any(bucket in k.at and k.at[bucket].recorded for k in self.kernels.values())
 
     # ------------------------------------------------------------------ the plan
     def before(self) -> tuple[Chosen, dict[str, int]]:
@@ -913,7 +950,7 @@ class Planner:
         before_c, before_s = self.before()
         modelled = self.latency(before_c, before_s, at=values)
         generic: dict[str, list[tuple[int, float]]] = {}
-        bucket: dict[str, list[float]] = {}
+        bucket: dict[str, list[tuple[int, float]]] = {}
         above: dict[str, list[tuple[int, float]]] = {}
         static: dict[str, list[float]] = {}
         rest = []
@@ -944,14 +981,14 @@ class Planner:
                     if model > 0 and v > _top_bucket(trials):
                         above.setdefault(name, []).append((v, sec / model))
                     elif model > 0:
-                        bucket.setdefault(name, []).append(sec / model)
+                        bucket.setdefault(name, []).append((v, sec / model))
         cal = Calibration(
             tuple(values),
             tuple(timed[v].model_sec for v in values),
             tuple(modelled),
             tuple(rest),
             generic={k: tuple(pts) for k, pts in generic.items()},
-            bucket={k: statistics.median(fs) for k, fs in bucket.items()},
+            bucket={k: tuple(pts) for k, pts in bucket.items()},
             above={k: tuple(pts) for k, pts in above.items()},
             static={k: statistics.median(fs) for k, fs in static.items()},
         )
@@ -1151,16 +1188,22 @@ def _rows(
     return tuple(out)
 
 
-def _tile_of(func: Any, record: Any, var: str) -> int | None:
+def _tiles_of(func: Any, record: Any, var: str) -> tuple[int | None, int | None]:
+    """The range kernel's tile of ``record`` (None: the default schedule won, the generic
+    kernel serves; 0: it does not transplant) and its fine variant's, where smaller (else
+    None), as :func:`~tuner.symbolic.rangekernel.range_variants` makes them."""
     from tuner.symbolic.rangekernel import is_default, transplant
 
     if is_default(record.trace):
-        return None  # the default schedule won: the generic kernel serves
+        return None, None
     try:
         rk = transplant(func, record.trace, var)
+        fine = transplant(func, record.trace, var, fine=True) if rk is not None else None
     except Exception:
-        return 0
-    return rk.tile if rk is not None else 0
+        return 0, None
+    if rk is None:
+        return 0, None
+    return rk.tile, fine.tile if fine is not None and fine.tile < rk.tile else None
 
 
 def _prior_default(tm: TaskModel) -> float:

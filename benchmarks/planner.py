@@ -179,6 +179,7 @@ def run(
     stages: int = 2,
     log: Any = print,
     save: Callable[[dict[str, Any]], None] | None = None,
+    strategies: tuple[str, ...] = STRATEGIES,
 ) -> dict[str, Any]:
     """Every (model, profile, seed, strategy) run; ``save(data)`` is called after each one
     with the results so far (a long benchmark cut off keeps what it measured)."""
@@ -192,6 +193,7 @@ def run(
             "trials": trials,
             "stages": stages,
             "seeds": seeds,
+            "strategies": list(strategies),
             "cases": cases,
         }
 
@@ -210,6 +212,7 @@ def run(
                     "pow2": powers_of_two(hist, bound),
                     **hand_buckets(hist, bound),
                 }
+                choices = {k: v for k, v in choices.items() if k in strategies}
                 case: dict[str, Any] = {
                     "model": name,
                     "profile": kind,
@@ -276,6 +279,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--stages", type=int, default=2, help="the planned jobs' --stages (1: no re-plan)"
     )
+    parser.add_argument(
+        "--strategies",
+        nargs="*",
+        choices=STRATEGIES,
+        default=list(STRATEGIES),
+        help="which strategies to run (the planned one alone re-measures a planner change)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="results JSON path")
     args = parser.parse_args(argv)
     if args.trials < 1 or args.stages < 1 or not args.seeds:
@@ -291,7 +301,15 @@ def main(argv: list[str] | None = None) -> int:
         out.write_text(json.dumps(body, indent=2))
 
     # run saves after every run, the last included
-    data = run(args.models, args.profiles, args.trials, args.seeds, args.stages, save=save)
+    data = run(
+        args.models,
+        args.profiles,
+        args.trials,
+        args.seeds,
+        args.stages,
+        save=save,
+        strategies=tuple(args.strategies),
+    )
     print("\n".join(table_lines(data)))
     print(f"wrote {out}")
     failed = [r for c in data["cases"] for r in c["runs"] if r.get("error")]

@@ -484,8 +484,8 @@ class Calibration:
     - ``bucket``: a kernel's bucket kernels, measured / modelled at the values up to its
       largest bucket where the build ran one (interpolated, held beyond): a large bucket's
       kernel padded down to small values runs at another factor than at its own size (the
-      MLP's 248-kernel at 0.28x its figure at b = 6-10 and 1.07x at 179-223: one median
-      across both put the large values at a quarter of their time);
+      MLP's at 0.03-0.04x their figure at b = 6-10 and 0.7-0.9x at 179-223 in one run; one
+      median over such values put the large ones at a quarter of their time);
     - ``above``: the one kernel that serves every value above its largest bucket (a range
       kernel padded far past its bucket, or a static one), measured / modelled at those
       values, interpolated (on the transformer block 1.3-4.5x its figure);

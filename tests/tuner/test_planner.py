@@ -299,6 +299,9 @@ def test_plan_tune_replan_and_bench_over_the_profile(tmp_path: Path) -> None:
     assert cal["generic"] or cal["bucket"]  # the build's kernels were found in the model
     # the re-plan keeps the first stage's buckets: the build dispatches over all of them
     assert set(job["stages"][0]["plan"]["buckets"]) <= set(job["stages"][1]["plan"]["buckets"])
+    # a plan's --trials counts the records after the job: fewer than are held is refused
+    few = runner.invoke(app, [*args, "--trials", "2"])
+    one_line_error(few, "fewer than the records the database holds")
     # re-planning reads the new measurements: measured bests, the records counted
     again = runner.invoke(app, [*args, "--trials", "20", "--json"])
     assert again.exit_code == 0, again.output

@@ -907,6 +907,13 @@ class Planner:
             if score(nxt) == math.inf:
                 break
             current = nxt
+        if fixed and score(fixed) == math.inf:
+            held = ",".join(map(str, fixed))
+            raise TuneFarmError(
+                f"plan: --trials {budget} is fewer than the records the database holds at "
+                f"{self.var}={held} ({self._base(fixed)[2]}); --trials counts the records "
+                "after the job: pass more"
+            )
         if not current or score(current) == math.inf:
             raise TuneFarmError(
                 f"plan: --trials {budget} cannot measure even the default schedules of one "

@@ -53,6 +53,9 @@ SLOW_BUILD_FACTOR = 20.0
 SLOW_BUILD_FLOOR_S = 10.0
 SLOW_BUILD_MIN = 16
 SLOW_BUILD_SAMPLE = 64
+# a build cut at a job's end or deadline that has not stopped this long after its cancel
+# (the sandbox's waits see a cancel within POLL_SLICE_S) is killed with its worker
+CUT_GRACE_S = 2.0
 
 
 def _build_nodes() -> set[str]:
@@ -370,6 +373,15 @@ class RayBuilder(PyBuilder):
         the worker (the next build starts a new compiler child, not a new worker)."""
         for ref in refs:
             ray.cancel(ref)
+        # a cancel that reaches the task before its body runs can be lost (the compile then
+        # holds its CPU until the build timeout: once in a full CI run, the next builds
+        # waited 118 s): whatever has not ended after a short grace is killed with its worker
+        # (the sandbox's compiler dies with it: PR_SET_PDEATHSIG)
+        if refs:
+            _, late = ray.wait(refs, num_returns=len(refs), timeout=CUT_GRACE_S)
+            for ref in late:
+                ray.cancel(ref, force=True)
+        for ref in refs:
             entry = self.ledger.get(pending[ref])
             assert entry is not None
             entry.dropped = True

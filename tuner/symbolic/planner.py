@@ -1197,20 +1197,20 @@ def _rows(
 
 def _tiles_of(func: Any, record: Any, var: str) -> tuple[int | None, int | None]:
     """The range kernel's tile of ``record`` (None: the default schedule won, the generic
-    kernel serves; 0: it does not transplant) and its fine variant's, where smaller (else
-    None), as :func:`~tuner.symbolic.rangekernel.range_variants` makes them."""
-    from tuner.symbolic.rangekernel import is_default, transplant
+    kernel serves; 0: it does not transplant) and its fine variant's (None: none), the
+    variants the build makes (:func:`~tuner.symbolic.rangekernel.range_variants`)."""
+    from tuner.symbolic.rangekernel import is_default, range_variants, rewrite_tiles
 
     if is_default(record.trace):
         return None, None
     try:
-        rk = transplant(func, record.trace, var)
-        fine = transplant(func, record.trace, var, fine=True) if rk is not None else None
+        rewrite = rewrite_tiles(func, record.trace, var)
+        variants = range_variants(func, record.trace, var, rewrite)
     except Exception:
         return 0, None
-    if rk is None:
+    if not variants:
         return 0, None
-    return rk.tile, fine.tile if fine is not None and fine.tile < rk.tile else None
+    return variants[0].tile, variants[1].tile if len(variants) > 1 else None
 
 
 def _prior_default(tm: TaskModel) -> float:

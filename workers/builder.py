@@ -58,6 +58,15 @@ SLOW_BUILD_SAMPLE = 64
 CUT_GRACE_S = 2.0
 
 
+def _kill_late(refs: list[Any], timeout_s: float) -> list[Any]:
+    """Force-cancel (kill with their workers) the tasks of ``refs`` not ended within
+    ``timeout_s``; those tasks' refs."""
+    _, late = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+    for ref in late:
+        ray.cancel(ref, force=True)
+    return late
+
+
 def _build_nodes() -> set[str]:
     """Alive nodes that offer CPUs (where build tasks can run)."""
     return {
@@ -142,9 +151,7 @@ class RayBuilder(PyBuilder):
         if not self._warming:
             return
         refs, self._warming = self._warming, []
-        _, late = ray.wait(refs, num_returns=len(refs), timeout=self.policy.startup_timeout_s)
-        for ref in late:
-            ray.cancel(ref, force=True)
+        late = _kill_late(refs, self.policy.startup_timeout_s)
         for ref in set(refs) - set(late):
             try:
                 why = ray.get(ref)
@@ -378,9 +385,7 @@ class RayBuilder(PyBuilder):
         # waited 118 s): whatever has not ended after a short grace is killed with its worker
         # (the sandbox's compiler dies with it: PR_SET_PDEATHSIG)
         if refs:
-            _, late = ray.wait(refs, num_returns=len(refs), timeout=CUT_GRACE_S)
-            for ref in late:
-                ray.cancel(ref, force=True)
+            _kill_late(refs, CUT_GRACE_S)
         for ref in refs:
             entry = self.ledger.get(pending[ref])
             assert entry is not None

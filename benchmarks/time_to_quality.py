@@ -15,7 +15,12 @@ settings, from nothing:
   the population and round it searched with (``search`` in the results);
 - ``tunefarm-warm``: the same job into a copy of a team's history database (see below): its
   cost model starts from the history (a base model trained on it, then snapshot) and the
-  records of the same kernels at other buckets weigh in;
+  records of the same kernels at other buckets weigh in; each task's first round measures
+  the history's best schedules of its kernel at other buckets, refitted to its shape
+  (``TuneConfig.siblings``);
+- ``tunefarm-warm-model``: the warm job as it was before the siblings (results files before
+  2026-11-28): the history's cost model only, no task measuring its kernel's best schedules
+  at other buckets first (``TuneConfig.siblings=0``);
 - ``tunefarm-warm-transfer``: the warm job with ``--transfer``, each bucket's search also
   seeded with the other buckets' best schedules refitted to its shape;
 - ``tunefarm-g4``, ``tunefarm-warm-g4``: the cold and warm jobs with MetaSchedule's 4
@@ -109,6 +114,7 @@ VARIANTS = (
     "tunefarm",
     "tunefarm-g4",
     "tunefarm-warm",
+    "tunefarm-warm-model",
     "tunefarm-warm-g4",
     "tunefarm-warm-transfer",
     "tunefarm-ray",
@@ -138,6 +144,7 @@ def search_of(variant: str) -> str:
 
 WARM_VARIANTS = (
     "tunefarm-warm",
+    "tunefarm-warm-model",
     "tunefarm-warm-thread",
     "tunefarm-warm-driver",
     "tunefarm-warm-g4",
@@ -228,6 +235,7 @@ def run_tunefarm(
     history: Path | None = None,
     transfer: bool = False,
     generations: int | None = None,
+    siblings: int | None = None,
     time_budget_sec: float | None = None,
     per_iter: int | None = None,
 ) -> tuple[RunResult, list[Any]]:
@@ -254,6 +262,7 @@ def run_tunefarm(
         search=search,
         transfer=transfer,
         generations=generations,
+        **({} if siblings is None else {"siblings": siblings}),
         time_budget_sec=time_budget_sec,
         **({"trials_per_iter": per_iter} if per_iter else {}),
     )
@@ -580,8 +589,8 @@ def _fmt(entry: dict[str, float], unit: str = "s") -> str:
 def cold_counterpart(variant: str) -> str:
     """The cold variant a warm one is compared with: the same search settings without the
     history (``tunefarm-warm-g4`` -> ``tunefarm-g4``; ``-transfer`` is part of the warm
-    start, so ``tunefarm-warm-transfer`` -> ``tunefarm``)."""
-    rest = variant.removeprefix("tunefarm-warm").removeprefix("-transfer")
+    start, so ``tunefarm-warm-transfer`` -> ``tunefarm``; so is ``-model``)."""
+    rest = variant.removeprefix("tunefarm-warm").removeprefix("-transfer").removeprefix("-model")
     return "tunefarm" + rest
 
 
@@ -789,6 +798,7 @@ def main(argv: list[str] | None = None) -> int:
                             search=search_of(variant),
                             history=history if variant in WARM_VARIANTS else None,
                             transfer=variant == "tunefarm-warm-transfer",
+                            siblings=0 if variant == "tunefarm-warm-model" else None,
                             generations=4 if variant.endswith("-g4") else None,
                             time_budget_sec=stock_wall if timed else None,
                             per_iter=per_iter if timed else None,

@@ -217,15 +217,22 @@ class TuneFarmDatabase(PyDatabase):
             query = query.where(RecordRow.target_key == self.scope.key)
         rows = self.storage.run(lambda s: list(s.scalars(query)), write=False)
         own = [rec for row in rows if (rec := self._replayed(wid, row, workload)) is not None]
-        if len(own) >= top_k or self.seeds <= 0 or self.scope is None:
+        if len(own) >= top_k or self.seeds <= 0:
             return own
         seeds = [
             TuningRecord(trace, workload, None, self.target, None)
-            for trace in sibling_seeds(
-                self.storage, wid, workload.mod, self.scope.key, self.seeds, self._adapted
-            )
+            for trace in self.siblings(workload.mod, self.seeds)
         ]
         return own + seeds[: top_k - len(own)]
+
+    def siblings(self, mod: IRModule, limit: int) -> list[Any]:
+        """Up to ``limit`` best traces of the other buckets of ``mod``'s kernel family on this
+        database's target, nearest bucket first, refitted to ``mod``
+        (:func:`database.seeds.sibling_seeds`); none without a target or a known family."""
+        wid = self.workload_id(mod)
+        if wid is None or self.scope is None or limit <= 0:
+            return []
+        return sibling_seeds(self.storage, wid, mod, self.scope.key, limit, self._adapted)
 
     def get_all_tuning_records(self) -> list[TuningRecord]:
         def load(session: Session) -> list[tuple[RecordRow, str]]:

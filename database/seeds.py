@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from tvm.ir import IRModule
 from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 
-from database.models import RecordRow, WorkloadRow
+from database.models import EMPTY_TRACE, RecordRow, WorkloadRow
 from database.storage import Storage
 from database.transfer import adapt_trace, bucket_distance
 
@@ -48,6 +48,7 @@ def sibling_seeds(
                 RecordRow.workload_id != wid,
                 RecordRow.mean_sec.is_not(None),
                 RecordRow.target_key == target_key,
+                RecordRow.trace_json != EMPTY_TRACE,  # the untuned default: measured anyway
             )
             .subquery()
         )

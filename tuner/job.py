@@ -32,7 +32,7 @@ from tuner.interrupt import deadline, stop_on_sigint, until_time_is_up
 from tuner.pipeline import Task, extract_tasks, prepare
 from tuner.progress import JobProgress, SilentProgress, TaskState
 from tuner.search.driver import ActorSearch, SearchPlan
-from tuner.search.task import GENERATIONS, ModelSpec
+from tuner.search.task import GENERATIONS, SIBLINGS, ModelSpec
 from tuner.startup import SearchPrep
 from tuner.symbolic.buckets import bucket_tasks, choose_buckets, symbolic_vars
 from tuner.symbolic.probes import generic_probes, measure_probes, range_probes
@@ -91,6 +91,11 @@ class TuneConfig:
     # wall-clock seconds the job may take, from its start, before its search stops (the
     # round in flight is dropped, the job ends as usual); None: only the trials limit it
     time_budget_sec: float | None = None
+    # with warm_start, a task without records of its own first measures this many of the
+    # database's best schedules of its kernel at other buckets, refitted to its shape (one
+    # round, at most a round's size; database.seeds): the history's winners, timed at once,
+    # not only the cost model's view of them
+    siblings: int = SIBLINGS
 
     @property
     def round_cap(self) -> int:
@@ -124,6 +129,8 @@ class TuneConfig:
             )
         if self.population is not None and self.population < 2:
             raise TuneFarmError(f"population must be at least 2 (got {self.population})")
+        if self.siblings < 0:
+            raise TuneFarmError(f"siblings must be at least 0 (got {self.siblings})")
         if self.generations is not None and self.generations < 1:
             raise TuneFarmError(f"generations must be at least 1 (got {self.generations})")
         if self.trials < 1:
@@ -696,6 +703,7 @@ def _start_actor_search(
         overlap_measure=device_kind(target) != "cpu",
         job_id=job_id,
         host=mode,
+        siblings=config.siblings if config.warm_start else 0,
     )
     search = ActorSearch(
         tasks, target, db, builder, runner, model_spec(config, cost_model), plan, config.trials

@@ -147,12 +147,25 @@ def test_bench_json_dash_is_stdout(empty_db: str, tmp_path: Path, monkeypatch: A
     assert not (tmp_path / "-").exists()
 
 
-def test_min_repeat_ms_is_named(sqlite_url: str) -> None:
+def test_min_repeat_ms_and_siblings_are_named(sqlite_url: str) -> None:
     for command in ("tune", "submit"):
         result = runner.invoke(
             app, [command, str(TINY), "--min-repeat-ms", "-1", "--db", sqlite_url]
         )
         one_line_error(result, "--min-repeat-ms must be 0 or more")
+        result = runner.invoke(app, [command, str(TINY), "--siblings", "-1", "--db", sqlite_url])
+        one_line_error(result, "--siblings must be 0 or more (got -1)")
+
+
+def test_the_siblings_default_is_the_jobs() -> None:
+    import inspect
+
+    from tuner.cli.cluster import submit
+    from tuner.cli.run import tune
+    from tuner.search.task import SIBLINGS
+
+    for command in (tune, submit):
+        assert inspect.signature(command).parameters["siblings"].default == SIBLINGS
 
 
 def test_time_budget_is_a_duration(empty_db: str) -> None:

@@ -195,3 +195,66 @@ def test_search_generations_reach_the_evolutionary_search() -> None:
         TuneConfig(trials=8, generations=0)
     with pytest.raises(TuneFarmError, match="1 generation"):
         SearchPlan(per_round=4, population=64, generations=0)
+
+
+@I.ir_module
+class RowsMatmul:
+    """One matmul whose rows are symbolic: a kernel family tuned per bucket of ``n``."""
+
+    @R.function
+    def main(x: R.Tensor(("n", 32), "float32"), w: R.Tensor((32, 32), "float32")) -> R.Tensor(
+        ("n", 32), "float32"
+    ):
+        with R.dataflow():
+            y = R.matmul(x, w)
+            R.output(y)
+        return y
+
+
+@pytest.mark.ray
+def test_a_warm_job_first_measures_the_kernels_best_schedules_at_other_buckets(
+    sqlite_url, llvm_target
+) -> None:
+    """A job at a new bucket of a kernel the database holds at another: its first searched
+    candidates are the other bucket's best schedules refitted to the new shape (and without
+    a warm start, they are not)."""
+    import json
+
+    from sqlalchemy import select
+
+    from database.models import RecordRow, WorkloadRow
+    from workers.connection import RayConnection
+
+    measure = MeasureConfig(min_repeat_ms=2, repeat=1)
+    storage = Storage(sqlite_url)
+
+    def run(bucket: int, trials: int, **kw: object) -> list[tuple[str, list]]:
+        config = TuneConfig(trials=trials, trials_per_iter=4, seed=3, measure=measure, **kw)
+        summary = tune(RowsMatmul, llvm_target, storage, config, buckets={"n": [bucket]})
+        query = (
+            select(WorkloadRow.mod_json, RecordRow.trace_json)
+            .join(WorkloadRow)
+            .where(RecordRow.job_id == summary.job_id)
+            .order_by(RecordRow.id)
+        )
+        rows = storage.run(lambda s: list(s.execute(query)), write=False)
+        return [(mod, json.loads(trace)) for mod, trace in rows if json.loads(trace)[0]]
+
+    with RayConnection(num_cpus=2):
+        run(16, 9, warm_start=False)  # a teammate's job: the default and 8 searched
+        searched = run(64, 9)  # the default and two rounds of 4
+        assert len(searched) == 8
+        mod64 = tvm.ir.load_json(searched[0][0])
+        refitted = TuneFarmDatabase(storage, llvm_target).siblings(mod64, 4)
+        assert len(refitted) == 4  # never the default schedule (measured anyway)
+        expected = {json.dumps(t.as_json()[1], default=int) for t in refitted}
+        first = {json.dumps(trace[1], default=int) for _, trace in searched[:4]}
+        assert first == expected
+        cold = run(128, 9, warm_start=False)
+        assert len(cold) == 8
+        mod128 = tvm.ir.load_json(cold[0][0])
+        expected = {
+            json.dumps(t.as_json()[1], default=int)
+            for t in TuneFarmDatabase(storage, llvm_target).siblings(mod128, 4)
+        }
+        assert {json.dumps(trace[1], default=int) for _, trace in cold[:4]} != expected

@@ -37,6 +37,7 @@ from tuner.cli.common import (
     PerIterOpt,
     SeedOpt,
     ShapeOpt,
+    SiblingsOpt,
     TargetOpt,
     TimeBudgetOpt,
     TransferOpt,
@@ -93,6 +94,7 @@ def submit(
     keep_params: KeepParamsOpt = False,
     cost_model: CostModelOpt = "tunefarm",
     transfer: TransferOpt = False,
+    siblings: SiblingsOpt = 4,
     time_budget: TimeBudgetOpt = None,
     python: Annotated[
         str, typer.Option(help="Python of TuneFarm's environment on the cluster.")
@@ -112,7 +114,7 @@ def submit(
 
     # everything that can be checked here is, before contacting the cluster
     check_model_file(model)
-    check_tune_options(trials, per_iter, min_repeat_ms)
+    check_tune_options(trials, per_iter, min_repeat_ms, siblings)
     parse_duration("--time-budget", time_budget)
     if target in ("llvm", "arm64") or target.lstrip().startswith("{"):
         resolve_target(target, arch)  # cuda's arch may come from the cluster's GPU
@@ -134,6 +136,7 @@ def submit(
         "--keep-params": keep_params,
         "--cost-model": cost_model,
         "--transfer": transfer,
+        "--siblings": siblings,
         "--time-budget": time_budget,
     }
     submission_id = f"tunefarm-{name}-{uuid.uuid4().hex[:6]}"

@@ -136,7 +136,7 @@ def check_output_file(path: Path, flag: str) -> None:
         raise TuneFarmError(f"{flag} {path}: not writable")
 
 
-def check_tune_options(trials: int, per_iter: int, min_repeat_ms: int) -> None:
+def check_tune_options(trials: int, per_iter: int, min_repeat_ms: int, siblings: int = 0) -> None:
     """Range checks of the tune options, naming the option."""
     if trials < 1:
         raise TuneFarmError(f"--trials must be at least 1 (got {trials})")
@@ -144,6 +144,8 @@ def check_tune_options(trials: int, per_iter: int, min_repeat_ms: int) -> None:
         raise TuneFarmError(f"--per-iter must be at least 1 (got {per_iter})")
     if min_repeat_ms < 0:
         raise TuneFarmError(f"--min-repeat-ms must be 0 or more milliseconds (got {min_repeat_ms})")
+    if siblings < 0:
+        raise TuneFarmError(f"--siblings must be 0 or more (got {siblings})")
 
 
 DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
@@ -206,6 +208,14 @@ TransferOpt = Annotated[
         "--transfer",
         help="Seed each bucket's search with the best schedules of the kernel's other buckets "
         "(tile sizes refitted).",
+    ),
+]
+SiblingsOpt = Annotated[
+    int,
+    typer.Option(
+        "--siblings",
+        help="A task new to the database first measures this many of its kernel's best "
+        "schedules at other buckets, tile sizes refitted (0: none).",
     ),
 ]
 SearchOpt = Annotated[

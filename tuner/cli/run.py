@@ -27,6 +27,7 @@ from tuner.cli.common import (
     SearchOpt,
     SeedOpt,
     ShapeOpt,
+    SiblingsOpt,
     TargetOpt,
     TimeBudgetOpt,
     TransferOpt,
@@ -66,6 +67,7 @@ def tune(
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     cost_model: CostModelOpt = "tunefarm",
     transfer: TransferOpt = False,
+    siblings: SiblingsOpt = 4,
     shape_profile: cli_plan.ShapeProfileOpt = None,
     search: SearchOpt = "auto",
     stages: cli_plan.StagesOpt = 2,
@@ -82,7 +84,7 @@ def tune(
     from tuner.targets import resolve_target
     from workers.config import MeasureConfig
 
-    check_tune_options(trials, per_iter, min_repeat_ms)
+    check_tune_options(trials, per_iter, min_repeat_ms, siblings)
     time_budget_sec = parse_duration("--time-budget", time_budget)
     check_model_file(model)
     if shape_profile is not None and shape:
@@ -99,6 +101,7 @@ def tune(
         measure=MeasureConfig(min_repeat_ms=min_repeat_ms),
         cost_model=cost_model,
         transfer=transfer,
+        siblings=siblings,
         search=search,
         time_budget_sec=time_budget_sec,
     )

@@ -26,6 +26,7 @@ from typing import Any
 import ray
 import tvm
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+from tvm.s_tir.meta_schedule.database import TuningRecord
 
 from database import TargetKey, TuneFarmDatabase
 from database.errors import error_summary
@@ -60,6 +61,11 @@ def _wait(refs: list[Any], num_returns: int, timeout: float | None) -> list[Any]
         done, _ = futures_wait(refs, timeout=timeout, return_when=when)
         return [r for r in refs if r in done]
     return ray.wait(refs, num_returns=num_returns, timeout=timeout)[0]
+
+
+def _plain(record_json: Any) -> Any:
+    """A record's JSON form as plain Python data (it crosses to the actors)."""
+    return json.loads(json.dumps(record_json, default=float))
 
 
 def _kill(actor: Any) -> None:
@@ -107,6 +113,9 @@ class SearchPlan:
     actors: int | None = None  # None: one per task, at most the cluster's CPUs
     job_id: int | None = None  # names the actors (tunefarm-search-<job>-<slot>)
     host: str = "ray"  # "thread": every state in one thread of the driver (no actor process)
+    # a task without records first measures up to this many of its kernel's best schedules at
+    # other buckets, refitted (at most a round): TaskSpec.seeds
+    siblings: int = 0
 
     def __post_init__(self) -> None:
         if self.host not in HOSTS:
@@ -115,6 +124,8 @@ class SearchPlan:
             raise TuneFarmError(
                 "a search round needs at least 1 candidate, a population of 2 and 1 generation"
             )
+        if self.siblings < 0:
+            raise TuneFarmError(f"siblings must be at least 0 (got {self.siblings})")
         if self.actors is not None and self.actors < 1:
             raise TuneFarmError(f"search actors must be at least 1 (got {self.actors})")
 
@@ -198,10 +209,17 @@ class ActorSearch:
         mod = self.tasks[task].mod
         workload = self.db.commit_workload(mod)
         records = [
-            json.loads(json.dumps(r.as_json(), default=float))
+            _plain(r.as_json())
             for r in self.db.get_top_k(workload, self.plan.population)
             if r.run_secs
         ]
+        seeds: list[Any] = []
+        if not records and self.plan.siblings:
+            limit = min(self.plan.siblings, self.plan.per_round)
+            seeds = [
+                _plain(TuningRecord(trace, workload, None, self.target, None).as_json())
+                for trace in self.db.siblings(mod, limit)
+            ]
         seed = self.plan.seed
         return TaskSpec(
             task_id=task,
@@ -213,6 +231,7 @@ class ActorSearch:
             population=self.plan.population,
             generations=self.plan.generations,
             seed=-1 if seed is None or seed < 0 else seed + task,
+            seeds=tuple(seeds),
         )
 
     def _restart(self, slot: int, why: str) -> None:

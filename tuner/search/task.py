@@ -61,6 +61,9 @@ class ModelSpec:
 # dynamic MLP and QKV, 5 seeds, 16 trials per task, cold and warm): 2 generations took 0.79-0.93x
 # the wall time of 4 at the same or better final latency on the MLP, within noise on QKV.
 GENERATIONS = 2
+# How many of the history's best schedules of a kernel at its other buckets (refitted) a warm
+# job's task measures first (tuner.job.TuneConfig.siblings).
+SIBLINGS = 4
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,9 @@ class TaskSpec:
     population: int
     seed: int  # -1: random
     generations: int = GENERATIONS  # the evolutionary search's genetic_num_iters
+    # the team's best schedules of this kernel at other buckets, refitted to this one
+    # (TuningRecord.as_json() each, without a measurement): the first round measures them
+    seeds: tuple[Any, ...] = ()
 
 
 class TaskSearch:
@@ -109,13 +115,39 @@ class TaskSearch:
             cost_model=model,
         )
         self._pending: list[list[Any]] = []  # generated rounds not yet notified, oldest first
+        self._first = self._seeded(spec.seeds)
+
+    def _seeded(self, seeds: tuple[Any, ...]) -> list[Any]:
+        """The seeds as measure candidates, post-processed as the search's own are (distinct
+        modules only; a seed a post-processor rejects is dropped)."""
+        out, seen = [], set()
+        args = ms.arg_info.ArgInfo.from_entry_func(self.workload.mod, remove_preproc=True)
+        for rec in seeds:
+            try:
+                trace = TuningRecord.from_json(rec, self.workload).trace
+                sch = tvm.s_tir.Schedule(self.workload.mod)
+                trace.apply_to_schedule(sch, remove_postproc=True)
+                sch.enter_postproc()
+                if not all(p.apply(sch) for p in self.ctx.space_generator.postprocs):
+                    continue
+            except Exception:  # a trace this kernel cannot replay: not a candidate
+                continue
+            key = shash_of(sch.mod)
+            if key not in seen:
+                seen.add(key)
+                out.append(ms.MeasureCandidate(sch, args))
+        return out
 
     def generate(self) -> list[Candidate] | None:
-        """The next round's candidates; None when the search has nothing more to offer."""
-        cands = self.ctx.generate_measure_candidates()
-        if cands is None:
-            return None
-        cands = list(cands)
+        """The next round's candidates; None when the search has nothing more to offer. The
+        seeds come first: one round of at most ``per_round`` of them."""
+        if self._first:
+            cands, self._first = self._first[: self.spec.per_round], []
+        else:
+            found = self.ctx.generate_measure_candidates()
+            if found is None:
+                return None
+            cands = list(found)
         self._pending.append(cands)
         out = []
         for cand in cands:

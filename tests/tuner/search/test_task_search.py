@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -137,3 +138,49 @@ def test_the_tasks_of_an_actor_share_one_cost_model(llvm_target) -> None:
     assert set(actor.features()) == {
         (k, c.candidate_hash) for k, c in zip(rows[2], round_, strict=True)
     }
+
+
+def test_seeds_are_the_first_round_post_processed_distinct_and_counted(llvm_target) -> None:
+    """A task given other buckets' schedules (refitted to its shape) measures them first: one
+    round of at most ``per_round``, post-processed as the search's own candidates, duplicates
+    and seeds its kernel cannot replay dropped; they count against its trials."""
+    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+
+    from database.transfer import adapt_trace
+
+    donor = TaskSearch(_spec(), llvm_target, ModelSpec("random", seed=0).create(1), threads=1)
+    donor.generate()
+    traces = [c.sch.trace for c in donor._pending[0]]
+    at16 = matmul_mod(16, 32, 32)
+    refitted = [adapt_trace(t, at16) for t in traces]
+    assert all(t is not None for t in refitted)
+
+    def as_seed(trace: Any) -> Any:
+        rec = TuningRecord(trace, Workload(at16), None, llvm_target, None).as_json()
+        return json.loads(json.dumps(rec, default=float))
+
+    other = matmul_mod(16, 32, 32, block="D")  # another kernel: its trace does not replay here
+    foreign = TaskSearch(
+        TaskSpec(1, "o", tvm.ir.save_json(other), [], 8, 4, 16, 0),
+        llvm_target,
+        ModelSpec("random", seed=0).create(1),
+        threads=1,
+    )
+    foreign.generate()
+    bad = TuningRecord(foreign._pending[0][0].sch.trace, Workload(other), None, llvm_target, None)
+    seeds = (as_seed(refitted[0]), as_seed(refitted[0]), bad.as_json(), *map(as_seed, refitted[1:]))
+    spec = TaskSpec(2, "mm16", tvm.ir.save_json(at16), [], 8, 3, 16, 0, seeds=seeds)
+    search = TaskSearch(spec, llvm_target, ModelSpec("random", seed=0).create(1), threads=1)
+    first = search.generate()
+    assert first is not None and len(first) == 3  # per_round, of the 4 distinct that replay
+    assert len({c.candidate_hash for c in first}) == 3
+    given = {json.dumps(t.as_json()[1], default=int) for t in refitted}
+    for cand in first:  # the refitted schedules' own decisions, post-processed
+        assert json.dumps(cand.trace_json[1], default=int) in given
+        assert "meta_schedule.parallel" not in str(tvm.ir.load_json(cand.mod_json))
+    search.notify([([1e-3], None)] * 3)
+    total = 3
+    while (more := search.generate()) is not None:  # the search goes on, to its max_trials
+        total += len(more)
+        search.notify([([2e-3], None)] * len(more))
+    assert total == 8

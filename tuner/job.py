@@ -93,8 +93,9 @@ class TuneConfig:
     time_budget_sec: float | None = None
     # with warm_start, a task without records of its own first measures this many of the
     # database's best schedules of its kernel at other buckets, refitted to its shape (one
-    # round, at most a round's size; database.seeds): the history's winners, timed at once,
-    # not only the cost model's view of them
+    # round: at most a round's size and one in tuner.search.driver.SIBLING_SHARE of the task's
+    # share of the trials; database.seeds): the history's winners, timed at once, not only
+    # the cost model's view of them
     siblings: int = SIBLINGS
 
     @property

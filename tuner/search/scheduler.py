@@ -47,14 +47,19 @@ class TaskProgress:
 
 
 def next_task(progress: list[TaskProgress], eligible: set[int]) -> int | None:
-    """The task of ``eligible`` to search next: one that had no round yet first, the largest
-    weighted untuned latency first (a model's latency is its slowest kernels' until they
-    have a round; unknown counts as largest, ties in order), then the highest
-    :meth:`TaskProgress.priority`; None when none is open."""
+    """The task of ``eligible`` to search next: one that was sent no round yet first, the
+    largest weighted untuned latency first (a model's latency is its slowest kernels' until
+    they have a round; unknown counts as largest, ties in order), then the highest
+    :meth:`TaskProgress.priority`; None when none is open.
+
+    A round counts from when its candidates are sent, not measured: the driver asks for the
+    next round while the last one builds, and a task whose first round is in the builders
+    must not be asked for a second before every other task had its first (a warm job's
+    second task's siblings waited behind the first task's whole searched round)."""
     open_ids = [i for i in sorted(eligible) if progress[i].open]
     if not open_ids:
         return None
-    fresh = [i for i in open_ids if progress[i].rounds == 0]
+    fresh = [i for i in open_ids if progress[i].rounds == 0 and progress[i].sent == 0]
     if fresh:
         return max(fresh, key=lambda i: (progress[i].untuned_cost(), -i))
     return max(open_ids, key=lambda i: (progress[i].priority(), -progress[i].sent))

@@ -96,6 +96,11 @@ def test_the_scheduler_gives_every_task_a_round_then_the_most_promising() -> Non
         if len(order) == 4:
             break
     assert order == [3, 1, 2, 0]
+    # a round sent (building, not measured yet) counts: every task's first round comes first
+    pair = [TaskProgress(weight=1, want=8, baseline_sec=b) for b in (1e-3, 4e-1)]
+    assert next_task(pair, {0, 1}) == 1
+    pair[1].sent = 4  # its first round (the siblings) is in the builders
+    assert next_task(pair, {0, 1}) == 0
 
 
 def test_the_cost_model_travels_as_plain_data() -> None:

@@ -21,6 +21,9 @@ settings, from nothing:
 - ``tunefarm-warm-model``: the warm job as it was before the siblings (results files before
   2026-11-28): the history's cost model only, no task measuring its kernel's best schedules
   at other buckets first (``TuneConfig.siblings=0``);
+- ``tunefarm-noexchange``: the cold job without the bucket exchange (``TuneConfig.siblings=0``;
+  by default a task's later rounds measure its kernel's new best at the nearest other bucket,
+  refitted; results files before 2026-11-28's second session have no exchange);
 - ``tunefarm-warm-transfer``: the warm job with ``--transfer``, each bucket's search also
   seeded with the other buckets' best schedules refitted to its shape;
 - ``tunefarm-g4``, ``tunefarm-warm-g4``: the cold and warm jobs with MetaSchedule's 4
@@ -115,6 +118,7 @@ VARIANTS = (
     "tunefarm-g4",
     "tunefarm-warm",
     "tunefarm-warm-model",
+    "tunefarm-noexchange",
     "tunefarm-warm-g4",
     "tunefarm-warm-transfer",
     "tunefarm-ray",
@@ -153,6 +157,8 @@ WARM_VARIANTS = (
     "tunefarm-warm-pop128",
     "tunefarm-warm-pop64",
 )
+# variants whose tasks measure no schedule of other buckets (TuneConfig.siblings=0)
+NO_SIBLINGS = ("tunefarm-warm-model", "tunefarm-noexchange")
 LEVELS = (0.9, 0.95)
 BUDGETS = ("trials", "wall")
 WALL_TRIALS_FACTOR = 4  # --budget wall: TuneFarm's trial cap, times the trials stock runs
@@ -798,7 +804,7 @@ def main(argv: list[str] | None = None) -> int:
                             search=search_of(variant),
                             history=history if variant in WARM_VARIANTS else None,
                             transfer=variant == "tunefarm-warm-transfer",
-                            siblings=0 if variant == "tunefarm-warm-model" else None,
+                            siblings=0 if variant in NO_SIBLINGS else None,
                             generations=4 if variant.endswith("-g4") else None,
                             time_budget_sec=stock_wall if timed else None,
                             per_iter=per_iter if timed else None,

@@ -56,6 +56,7 @@ def sibling_seeds(
             select(WorkloadRow.bucket_json, WorkloadRow.mod_json, best.c.trace_json)
             .join(best, best.c.workload_id == WorkloadRow.id)
             .where(best.c.rank <= 4)
+            .order_by(best.c.rank)  # best first within a bucket (the sort below is stable)
         )
         return json.loads(me.bucket_json), list(session.execute(query))
 

@@ -784,6 +784,7 @@ def _run_actor_search(
         "nodes": stats.nodes,
         "rounds": stats.rounds,
         "restarts": stats.restarts,
+        "exchanged": stats.exchanged,
         "actor_busy_sec": stats.actor_busy_sec,
         "wait_sec": stats.wait_sec,
         "events": list(stats.events),

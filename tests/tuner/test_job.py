@@ -263,3 +263,58 @@ def test_a_warm_job_first_measures_the_kernels_best_schedules_at_other_buckets(
             for t in TuneFarmDatabase(storage, llvm_target).siblings(mod128, 4)
         }
         assert {json.dumps(trace[1], default=int) for _, trace in cold[:4]} != expected
+
+
+def test_buckets_of_one_kernel_exchange_their_best_schedules_during_a_job(
+    sqlite_url, llvm_target
+) -> None:
+    """A cold job on two buckets of one kernel: a bucket's later round measures the other
+    bucket's best schedule found by the job so far, refitted; ``--siblings 0`` turns it off."""
+    import json
+
+    from sqlalchemy import select
+    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+
+    from database.models import RecordRow, WorkloadRow
+    from database.transfer import adapt_trace
+    from workers.connection import RayConnection
+
+    measure = MeasureConfig(min_repeat_ms=2, repeat=1)
+
+    def run(url: str, **kw: object) -> tuple[dict, dict[str, list]]:
+        storage = Storage(url)
+        config = TuneConfig(trials=18, trials_per_iter=4, seed=3, measure=measure, **kw)
+        summary = tune(RowsMatmul, llvm_target, storage, config, buckets={"n": [16, 64]})
+        query = (
+            select(WorkloadRow.mod_json, RecordRow.trace_json, RecordRow.mean_sec)
+            .join(WorkloadRow)
+            .order_by(RecordRow.id)
+        )
+        by_mod: dict[str, list] = {}
+        for mod, trace, sec in storage.run(lambda s: list(s.execute(query)), write=False):
+            if json.loads(trace)[0]:  # not the default
+                by_mod.setdefault(mod, []).append((json.loads(trace), sec))
+        return summary.search, by_mod
+
+    def exchanged(by_mod: dict[str, list]) -> int:
+        """Records of one bucket whose decisions are another bucket's record's, refitted."""
+        (a, recs_a), (b, recs_b) = by_mod.items()
+        mods = {a: tvm.ir.load_json(a), b: tvm.ir.load_json(b)}
+        hits = 0
+        for src, dst, recs_src, recs_dst in ((a, b, recs_a, recs_b), (b, a, recs_b, recs_a)):
+            mine = {json.dumps(t[1], default=int) for t, _ in recs_dst}
+            for trace, sec in recs_src:
+                if sec is None:
+                    continue
+                tr = TuningRecord.from_json([trace, None, None, None], Workload(mods[src])).trace
+                moved = adapt_trace(tr, mods[dst])
+                if moved is not None and json.dumps(moved.as_json()[1], default=int) in mine:
+                    hits += 1
+        return hits
+
+    with RayConnection(num_cpus=2):
+        info, by_mod = run(sqlite_url)
+        assert info["exchanged"] >= 1 and len(by_mod) == 2
+        assert exchanged(by_mod) >= 1
+        off, by_mod = run(sqlite_url.replace(".db", "-off.db"), siblings=0)
+        assert off["exchanged"] == 0 and exchanged(by_mod) == 0

@@ -51,6 +51,14 @@ class SearchActor:
         finally:
             self.busy_sec += time.perf_counter() - start
 
+    def seed(self, task_id: int, seeds: list[Any]) -> int:
+        """Schedules for ``task_id``'s next round (:meth:`TaskSearch.seed`); how many kept."""
+        start = time.perf_counter()
+        try:
+            return self.tasks[task_id].seed(seeds)
+        finally:
+            self.busy_sec += time.perf_counter() - start
+
     def notify(
         self, task_id: int, results: list[tuple[list[float] | None, str | None]]
     ) -> Rows | None:

@@ -142,6 +142,7 @@ class SearchStats:
     nodes: int = 0
     rounds: int = 0
     restarts: int = 0
+    exchanged: int = 0  # seeds the bucket exchange sent mid-job
     actor_busy_sec: float = 0.0  # summed over actors: the search work done off the driver
     wait_sec: float = 0.0  # driver time blocked on actors
     events: list[str] = field(default_factory=list)
@@ -184,6 +185,9 @@ class ActorSearch:
         self.progress = [TaskProgress(weight=float(t.weight), want=max_trials) for t in tasks]
         self._ready_refs: list[Any] = []
         self._told: list[Any] = []  # results sent to the actors, their refits maybe running
+        # the bucket exchange: seeds each task was sent (by trace), and how many mid-job
+        self._seeded: list[set[str]] = [set() for _ in tasks]
+        self._exchanged = [0] * len(tasks)
 
     # ------------------------------------------------------------------ actors
     def start(self) -> None:
@@ -221,12 +225,8 @@ class ActorSearch:
         if not records and self.plan.siblings:
             # a head start, not the task's search: at most a round, and at most one in
             # SIBLING_SHARE of its share of the job's trials
-            share = self.max_trials // max(1, len(self.tasks))
-            limit = min(self.plan.siblings, self.plan.per_round, max(1, share // SIBLING_SHARE))
-            seeds = [
-                _plain(TuningRecord(trace, workload, None, self.target, None).as_json())
-                for trace in self.db.siblings(mod, limit)
-            ]
+            limit = min(self.plan.siblings, self.plan.per_round, self._sibling_cap())
+            seeds = self._new_seeds(task, self.db.siblings(mod, limit))
         seed = self.plan.seed
         return TaskSpec(
             task_id=task,
@@ -240,6 +240,36 @@ class ActorSearch:
             seed=-1 if seed is None or seed < 0 else seed + task,
             seeds=tuple(seeds),
         )
+
+    def _sibling_cap(self) -> int:
+        """At most one in SIBLING_SHARE of a task's share of the job's trials."""
+        return max(1, self.max_trials // max(1, len(self.tasks)) // SIBLING_SHARE)
+
+    def _new_seeds(self, task: int, traces: list[Any]) -> list[Any]:
+        """``traces`` as seed records of ``task``, those it was already sent dropped."""
+        workload = self.db.commit_workload(self.tasks[task].mod)
+        out = []
+        for trace in traces:
+            rec = _plain(TuningRecord(trace, workload, None, self.target, None).as_json())
+            key = json.dumps(rec[0], sort_keys=True)
+            if key not in self._seeded[task]:
+                self._seeded[task].add(key)
+                out.append(rec)
+        return out
+
+    def _exchange(self, task: int, slot: int) -> None:
+        """The bucket exchange: before a task's next round, its kernel's best schedule at the
+        nearest other bucket (found by this job or in the history), refitted, if the task was
+        not sent it yet; one a round, at most :meth:`_sibling_cap` over the job."""
+        if not self.plan.siblings or self._exchanged[task] >= self._sibling_cap():
+            return
+        if self.progress[task].sent == 0:  # the first round has the spec's seeds
+            return
+        seeds = self._new_seeds(task, self.db.siblings(self.tasks[task].mod, 1))
+        if seeds:
+            self._exchanged[task] += len(seeds)
+            self.stats.exchanged += len(seeds)
+            self.actors[slot].seed.remote(task, seeds)  # in order, before its next generate
 
     def _restart(self, slot: int, why: str) -> None:
         self._generation[slot] += 1
@@ -307,6 +337,7 @@ class ActorSearch:
             task = next_task(self.progress, mine)
             if task is None:
                 continue
+            self._exchange(task, slot)
             ref = self.actors[slot].generate.remote(task)
             gen[ref] = (task, slot, self._generation[slot])
             queued.add(task)

@@ -115,7 +115,9 @@ class TaskSearch:
             cost_model=model,
         )
         self._pending: list[list[Any]] = []  # generated rounds not yet notified, oldest first
+        self._sent: set[str] = set()  # every candidate generated, by module hash
         self._first = self._seeded(spec.seeds)
+        self._extra: list[Any] = []  # seeds sent mid-job (:meth:`seed`), for the next round
 
     def _seeded(self, seeds: tuple[Any, ...]) -> list[Any]:
         """The seeds as measure candidates, post-processed as the search's own are (distinct
@@ -133,21 +135,40 @@ class TaskSearch:
             except Exception:  # a trace this kernel cannot replay: not a candidate
                 continue
             key = shash_of(sch.mod)
-            if key not in seen:
+            if key not in seen and key not in self._sent:
                 seen.add(key)
                 out.append(ms.MeasureCandidate(sch, args))
         return out
 
+    def seed(self, seeds: list[Any]) -> int:
+        """Schedules to measure in the next round, before the search's own (the kernel's new
+        best at another bucket, refitted: :meth:`tuner.search.driver.ActorSearch` sends them
+        mid-job); post-processed as :meth:`_seeded`, those already generated dropped.
+        Returns how many were kept."""
+        kept = [c for c in self._seeded(tuple(seeds)) if shash_of(c.sch.mod) not in self._queued]
+        self._extra += kept
+        return len(kept)
+
+    @property
+    def _queued(self) -> set[str]:
+        return {shash_of(c.sch.mod) for c in self._extra}
+
     def generate(self) -> list[Candidate] | None:
         """The next round's candidates; None when the search has nothing more to offer. The
-        seeds come first: one round of at most ``per_round`` of them."""
+        spec's seeds come first: one round of at most ``per_round`` of them. Seeds sent since
+        (:meth:`seed`) lead the next round, the search's own candidates fill the rest."""
         if self._first:
             cands, self._first = self._first[: self.spec.per_round], []
         else:
-            found = self.ctx.generate_measure_candidates()
-            if found is None:
+            extra, self._extra = self._extra[: self.spec.per_round], []
+            found = (
+                self.ctx.generate_measure_candidates() if len(extra) < self.spec.per_round else []
+            )
+            if found is None and not extra:
                 return None
-            cands = list(found)
+            keys = {shash_of(c.sch.mod) for c in extra}
+            own = [c for c in found or [] if shash_of(c.sch.mod) not in keys]
+            cands = extra + own[: self.spec.per_round - len(extra)]
         self._pending.append(cands)
         out = []
         for cand in cands:
@@ -155,7 +176,9 @@ class TaskSearch:
                 cand.sch.trace, self.workload, None, self.target, cand.args_info
             ).as_json()
             mod = cand.sch.mod
-            out.append(Candidate(shash_of(mod), tvm.ir.save_json(mod), trace, args))
+            key = shash_of(mod)
+            self._sent.add(key)
+            out.append(Candidate(key, tvm.ir.save_json(mod), trace, args))
         return out
 
     def notify(self, results: list[tuple[list[float] | None, str | None]]) -> Rows | None:

@@ -189,3 +189,40 @@ def test_seeds_are_the_first_round_post_processed_distinct_and_counted(llvm_targ
         total += len(more)
         search.notify([([2e-3], None)] * len(more))
     assert total == 8
+
+
+def test_seeds_sent_mid_job_lead_the_next_round_and_the_search_fills_it(llvm_target) -> None:
+    """The bucket exchange: a schedule sent to a running search (another bucket's new best,
+    refitted) is the first candidate of its next round, the search's own fill the round, and
+    one the search already generated is never sent again."""
+    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+
+    from database.transfer import adapt_trace
+
+    donor = TaskSearch(_spec(), llvm_target, ModelSpec("random", seed=0).create(1), threads=1)
+    donor.generate()
+    at16 = matmul_mod(16, 32, 32)
+    refitted = adapt_trace(donor._pending[0][0].sch.trace, at16)
+    assert refitted is not None
+    seed = json.loads(
+        json.dumps(
+            TuningRecord(refitted, Workload(at16), None, llvm_target, None).as_json(), default=float
+        )
+    )
+    spec = TaskSpec(2, "mm16", tvm.ir.save_json(at16), [], 64, 4, 16, 0)
+    search = TaskSearch(spec, llvm_target, ModelSpec("random", seed=0).create(1), threads=1)
+    first = search.generate()
+    assert first is not None and len(first) == 4
+    search.notify([([1e-3], None)] * 4)
+    assert search.seed([seed, seed]) == 1  # duplicates dropped
+    second = search.generate()
+    assert second is not None and len(second) == 4
+    assert json.dumps(second[0].trace_json[1], default=int) == json.dumps(
+        refitted.as_json()[1], default=int
+    )
+    assert len({c.candidate_hash for c in first + second}) == 8
+    search.notify([([2e-3], None)] * 4)
+    assert search.seed([seed]) == 0  # generated already: not measured twice
+    gen = search._sent.copy()
+    third = search.generate()
+    assert third is not None and not gen & {c.candidate_hash for c in third}

@@ -21,9 +21,10 @@ settings, from nothing:
 - ``tunefarm-warm-model``: the warm job as it was before the siblings (results files before
   2026-11-28): the history's cost model only, no task measuring its kernel's best schedules
   at other buckets first (``TuneConfig.siblings=0``);
-- ``tunefarm-noexchange``: the cold job without the bucket exchange (``TuneConfig.siblings=0``;
-  by default a task's later rounds measure its kernel's new best at the nearest other bucket,
-  refitted; results files before 2026-11-28's second session have no exchange);
+- ``tunefarm-exchange``: the cold job with the bucket exchange (``tune --exchange``: a task's
+  later rounds measure its kernel's new best at the nearest other bucket, refitted). In
+  ``2026-11-28b-vm-time-to-quality-exchange.json`` the exchange was the default:
+  ``tunefarm`` there is ``tunefarm-exchange``, and ``tunefarm-noexchange`` today's default;
 - ``tunefarm-warm-transfer``: the warm job with ``--transfer``, each bucket's search also
   seeded with the other buckets' best schedules refitted to its shape;
 - ``tunefarm-g4``, ``tunefarm-warm-g4``: the cold and warm jobs with MetaSchedule's 4
@@ -118,7 +119,7 @@ VARIANTS = (
     "tunefarm-g4",
     "tunefarm-warm",
     "tunefarm-warm-model",
-    "tunefarm-noexchange",
+    "tunefarm-exchange",
     "tunefarm-warm-g4",
     "tunefarm-warm-transfer",
     "tunefarm-ray",
@@ -157,8 +158,6 @@ WARM_VARIANTS = (
     "tunefarm-warm-pop128",
     "tunefarm-warm-pop64",
 )
-# variants whose tasks measure no schedule of other buckets (TuneConfig.siblings=0)
-NO_SIBLINGS = ("tunefarm-warm-model", "tunefarm-noexchange")
 LEVELS = (0.9, 0.95)
 BUDGETS = ("trials", "wall")
 WALL_TRIALS_FACTOR = 4  # --budget wall: TuneFarm's trial cap, times the trials stock runs
@@ -242,6 +241,7 @@ def run_tunefarm(
     transfer: bool = False,
     generations: int | None = None,
     siblings: int | None = None,
+    exchange: bool = False,
     time_budget_sec: float | None = None,
     per_iter: int | None = None,
 ) -> tuple[RunResult, list[Any]]:
@@ -269,6 +269,7 @@ def run_tunefarm(
         transfer=transfer,
         generations=generations,
         **({} if siblings is None else {"siblings": siblings}),
+        exchange=exchange,
         time_budget_sec=time_budget_sec,
         **({"trials_per_iter": per_iter} if per_iter else {}),
     )
@@ -804,7 +805,8 @@ def main(argv: list[str] | None = None) -> int:
                             search=search_of(variant),
                             history=history if variant in WARM_VARIANTS else None,
                             transfer=variant == "tunefarm-warm-transfer",
-                            siblings=0 if variant in NO_SIBLINGS else None,
+                            siblings=0 if variant == "tunefarm-warm-model" else None,
+                            exchange=variant == "tunefarm-exchange",
                             generations=4 if variant.endswith("-g4") else None,
                             time_budget_sec=stock_wall if timed else None,
                             per_iter=per_iter if timed else None,

@@ -97,6 +97,11 @@ class TuneConfig:
     # share of the trials; database.seeds): the history's winners, timed at once, not only
     # the cost model's view of them
     siblings: int = SIBLINGS
+    # with warm_start, each later round of a task starts with its kernel's new best at the
+    # nearest other bucket, refitted (the bucket exchange: ActorSearch._exchange). Opt-in:
+    # at equal wall time over 5 seeds it did not beat the job without it (QKV re-timed 1.20x
+    # the latency, MLP 0.96x; docs/time-to-quality.md)
+    exchange: bool = False
 
     @property
     def round_cap(self) -> int:
@@ -461,6 +466,7 @@ def tune(
                 "cost_model": config.cost_model,
                 "warm_start": config.warm_start,
                 "transfer": config.transfer,
+                "exchange": config.exchange,
                 "time_budget_sec": config.time_budget_sec,
             }
         ),
@@ -705,6 +711,7 @@ def _start_actor_search(
         job_id=job_id,
         host=mode,
         siblings=config.siblings if config.warm_start else 0,
+        exchange=config.exchange and config.warm_start,
     )
     search = ActorSearch(
         tasks, target, db, builder, runner, model_spec(config, cost_model), plan, config.trials

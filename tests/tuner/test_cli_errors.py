@@ -157,15 +157,18 @@ def test_min_repeat_ms_and_siblings_are_named(sqlite_url: str) -> None:
         one_line_error(result, "--siblings must be 0 or more (got -1)")
 
 
-def test_the_siblings_default_is_the_jobs() -> None:
+def test_the_siblings_and_exchange_defaults_are_the_jobs() -> None:
     import inspect
 
     from tuner.cli.cluster import submit
     from tuner.cli.run import tune
+    from tuner.job import TuneConfig
     from tuner.search.task import SIBLINGS
 
     for command in (tune, submit):
-        assert inspect.signature(command).parameters["siblings"].default == SIBLINGS
+        params = inspect.signature(command).parameters
+        assert params["siblings"].default == SIBLINGS
+        assert params["exchange"].default is TuneConfig(trials=1).exchange
 
 
 def test_time_budget_is_a_duration(empty_db: str) -> None:

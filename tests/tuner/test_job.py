@@ -268,8 +268,9 @@ def test_a_warm_job_first_measures_the_kernels_best_schedules_at_other_buckets(
 def test_buckets_of_one_kernel_exchange_their_best_schedules_during_a_job(
     sqlite_url, llvm_target
 ) -> None:
-    """A cold job on two buckets of one kernel: a bucket's later round measures the other
-    bucket's best schedule found by the job so far, refitted; ``--siblings 0`` turns it off."""
+    """A cold job on two buckets of one kernel with ``--exchange``: a bucket's later round
+    measures the other bucket's best schedule found by the job so far, refitted; a job without
+    the option does not."""
     import json
 
     from sqlalchemy import select
@@ -313,8 +314,8 @@ def test_buckets_of_one_kernel_exchange_their_best_schedules_during_a_job(
         return hits
 
     with RayConnection(num_cpus=2):
-        info, by_mod = run(sqlite_url)
+        info, by_mod = run(sqlite_url, exchange=True)
         assert info["exchanged"] >= 1 and len(by_mod) == 2
         assert exchanged(by_mod) >= 1
-        off, by_mod = run(sqlite_url.replace(".db", "-off.db"), siblings=0)
+        off, by_mod = run(sqlite_url.replace(".db", "-off.db"))
         assert off["exchanged"] == 0 and exchanged(by_mod) == 0

@@ -30,6 +30,7 @@ from tuner.cli.common import (
     CostModelOpt,
     DbOpt,
     EntryOpt,
+    ExchangeOpt,
     JobOpt,
     KeepParamsOpt,
     MinRepeatOpt,
@@ -95,6 +96,7 @@ def submit(
     cost_model: CostModelOpt = "tunefarm",
     transfer: TransferOpt = False,
     siblings: SiblingsOpt = 4,
+    exchange: ExchangeOpt = False,
     time_budget: TimeBudgetOpt = None,
     python: Annotated[
         str, typer.Option(help="Python of TuneFarm's environment on the cluster.")
@@ -137,6 +139,7 @@ def submit(
         "--cost-model": cost_model,
         "--transfer": transfer,
         "--siblings": siblings,
+        "--exchange": exchange,
         "--time-budget": time_budget,
     }
     submission_id = f"tunefarm-{name}-{uuid.uuid4().hex[:6]}"

@@ -218,6 +218,14 @@ SiblingsOpt = Annotated[
         "schedules at other buckets, tile sizes refitted (0: none).",
     ),
 ]
+ExchangeOpt = Annotated[
+    bool,
+    typer.Option(
+        "--exchange",
+        help="Start each later round of a bucket's search with the kernel's new best at the "
+        "nearest other bucket, tile sizes refitted.",
+    ),
+]
 SearchOpt = Annotated[
     str,
     typer.Option(

@@ -19,6 +19,7 @@ from tuner.cli.common import (
     CostModelOpt,
     DbOpt,
     EntryOpt,
+    ExchangeOpt,
     JobOpt,
     KeepParamsOpt,
     MinRepeatOpt,
@@ -68,6 +69,7 @@ def tune(
     cost_model: CostModelOpt = "tunefarm",
     transfer: TransferOpt = False,
     siblings: SiblingsOpt = 4,
+    exchange: ExchangeOpt = False,
     shape_profile: cli_plan.ShapeProfileOpt = None,
     search: SearchOpt = "auto",
     stages: cli_plan.StagesOpt = 2,
@@ -102,6 +104,7 @@ def tune(
         cost_model=cost_model,
         transfer=transfer,
         siblings=siblings,
+        exchange=exchange,
         search=search,
         time_budget_sec=time_budget_sec,
     )

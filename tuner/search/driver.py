@@ -120,6 +120,8 @@ class SearchPlan:
     # a task without records first measures up to this many of its kernel's best schedules at
     # other buckets, refitted (at most a round): TaskSpec.seeds
     siblings: int = 0
+    # before each later round, the task's kernel's new best at the nearest other bucket
+    exchange: bool = False
 
     def __post_init__(self) -> None:
         if self.host not in HOSTS:
@@ -261,7 +263,7 @@ class ActorSearch:
         """The bucket exchange: before a task's next round, its kernel's best schedule at the
         nearest other bucket (found by this job or in the history), refitted, if the task was
         not sent it yet; one a round, at most :meth:`_sibling_cap` over the job."""
-        if not self.plan.siblings or self._exchanged[task] >= self._sibling_cap():
+        if not self.plan.exchange or self._exchanged[task] >= self._sibling_cap():
             return
         if self.progress[task].sent == 0:  # the first round has the spec's seeds
             return

@@ -384,3 +384,34 @@ def test_json_everywhere_and_one_meaning_per_short_flag(empty_db: str, tmp_path:
     data = json.loads(result.stdout)
     assert data["tuned_calls"] == 0 and data["total_calls"] >= 1 and out.stat().st_size > 0
     assert {k["source"] for k in data["kernels"]} == {"untuned"}
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_a_torch_model_loads_while_ray_starts_and_a_bad_one_stops_ray(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """``tune`` of a .pt2/.onnx file loads it in a thread while Ray starts; a file that does
+    not load is one line, with Ray shut down behind it. Other files load first, as before."""
+    import threading
+
+    import ray
+
+    from tuner.cli.run import ray_while_loading
+
+    def load() -> tuple[str, bool]:
+        return threading.current_thread().name, ray.is_initialized()
+
+    with ray_while_loading(Path("m.py"), None, load) as loading:
+        assert loading() == (threading.current_thread().name, False)
+    assert not ray.is_initialized()
+    with ray_while_loading(Path("m.pt2"), None, load) as loading:
+        name, _ = loading()
+        assert name.startswith("tunefarm-load") and ray.is_initialized()
+    assert not ray.is_initialized()
+    bad = tmp_path / "garbage.pt2"
+    bad.write_bytes(b"not a torch.export archive")
+    result = runner.invoke(app, ["tune", str(bad), "--db", sqlite_url])
+    assert result.exit_code == 1
+    assert not ray.is_initialized()
+    one_line_error(result, "garbage.pt2")

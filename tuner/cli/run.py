@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -124,23 +126,54 @@ def tune(
         )
         return
     tgt = resolve_target(target, arch)
-    loaded = load_model(model, entry, keep_params=keep_params)
-    buckets = choose_buckets(loaded.mod, given, loaded.shape_vars)
-    storage = open_storage(db)
-    summary = run_tune(
-        loaded.mod,
-        tgt,
-        storage,
-        config,
-        address=ray_addr,
-        model_name=model.stem,
-        progress=None if as_json else LiveProgress(console),
-        buckets=buckets,
-    )
+    with ray_while_loading(
+        model, ray_addr, lambda: load_model(model, entry, keep_params=keep_params)
+    ) as loading:
+        loaded = loading()
+        buckets = choose_buckets(loaded.mod, given, loaded.shape_vars)
+        storage = open_storage(db)
+        summary = run_tune(
+            loaded.mod,
+            tgt,
+            storage,
+            config,
+            address=ray_addr,
+            model_name=model.stem,
+            progress=None if as_json else LiveProgress(console),
+            buckets=buckets,
+        )
     if as_json:
         print(json.dumps(summary.to_dict(), indent=2, default=str))
         return
     print_tune_summary(summary)
+
+
+# model files whose import takes seconds (torch and its exporter, ONNX): Ray starts meanwhile
+SLOW_LOADS = (".pt2", ".onnx")
+
+
+@contextlib.contextmanager
+def ray_while_loading(
+    model: Path, address: str | None, load: Callable[[], Any]
+) -> Iterator[Callable[[], Any]]:
+    """Yield a function returning ``load()``'s model. For a model file slow to import (a
+    BERT ``.pt2``: 9-10 s, as long as the embedded Ray's own start) the model is loaded in a
+    thread while Ray starts (or connects) here, and Ray stays up for the job; otherwise the
+    model loads when asked and the job starts Ray itself."""
+    if model.suffix not in SLOW_LOADS:
+        yield load
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    from workers.connection import RayConnection
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tunefarm-load")
+    try:
+        loading = pool.submit(load)
+        with RayConnection(address):
+            yield loading.result
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def stage_budgets(new_trials: int, stages: int) -> list[int]:

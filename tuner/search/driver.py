@@ -144,7 +144,7 @@ class SearchStats:
     nodes: int = 0
     rounds: int = 0
     restarts: int = 0
-    exchanged: int = 0  # seeds the bucket exchange sent mid-job
+    exchanged: int = 0  # seeds the bucket exchange sent mid-job (set by finish)
     actor_busy_sec: float = 0.0  # summed over actors: the search work done off the driver
     wait_sec: float = 0.0  # driver time blocked on actors
     events: list[str] = field(default_factory=list)
@@ -249,6 +249,8 @@ class ActorSearch:
 
     def _new_seeds(self, task: int, traces: list[Any]) -> list[Any]:
         """``traces`` as seed records of ``task``, those it was already sent dropped."""
+        if not traces:
+            return []
         workload = self.db.commit_workload(self.tasks[task].mod)
         out = []
         for trace in traces:
@@ -270,7 +272,6 @@ class ActorSearch:
         seeds = self._new_seeds(task, self.db.siblings(self.tasks[task].mod, 1))
         if seeds:
             self._exchanged[task] += len(seeds)
-            self.stats.exchanged += len(seeds)
             self.actors[slot].seed.remote(task, seeds)  # in order, before its next generate
 
     def _restart(self, slot: int, why: str) -> None:
@@ -440,6 +441,7 @@ class ActorSearch:
             nodes.add(stats["node"])
             self.stats.actor_busy_sec += stats["busy_sec"]
         self.stats.actors = self.n_actors
+        self.stats.exchanged = sum(self._exchanged)
         self.stats.nodes = len(nodes)
         return features
 

@@ -116,13 +116,16 @@ class TaskSearch:
         )
         self._pending: list[list[Any]] = []  # generated rounds not yet notified, oldest first
         self._sent: set[str] = set()  # every candidate generated, by module hash
-        self._first = self._seeded(spec.seeds)
-        self._extra: list[Any] = []  # seeds sent mid-job (:meth:`seed`), for the next round
+        # seeds not generated yet, by module hash: the spec's (the first round) and those
+        # sent mid-job (:meth:`seed`, leading the next round)
+        self._first = self._seeded(spec.seeds, set())
+        self._extra: dict[str, Any] = {}
 
-    def _seeded(self, seeds: tuple[Any, ...]) -> list[Any]:
-        """The seeds as measure candidates, post-processed as the search's own are (distinct
-        modules only; a seed a post-processor rejects is dropped)."""
-        out, seen = [], set()
+    def _seeded(self, seeds: tuple[Any, ...], skip: set[str]) -> dict[str, Any]:
+        """The seeds as measure candidates by module hash, post-processed as the search's own
+        are (distinct modules only, none in ``skip`` or already generated; a seed a
+        post-processor rejects is dropped)."""
+        out: dict[str, Any] = {}
         args = ms.arg_info.ArgInfo.from_entry_func(self.workload.mod, remove_preproc=True)
         for rec in seeds:
             try:
@@ -135,50 +138,43 @@ class TaskSearch:
             except Exception:  # a trace this kernel cannot replay: not a candidate
                 continue
             key = shash_of(sch.mod)
-            if key not in seen and key not in self._sent:
-                seen.add(key)
-                out.append(ms.MeasureCandidate(sch, args))
+            if key not in out and key not in skip and key not in self._sent:
+                out[key] = ms.MeasureCandidate(sch, args)
         return out
 
     def seed(self, seeds: list[Any]) -> int:
         """Schedules to measure in the next round, before the search's own (the kernel's new
         best at another bucket, refitted: :meth:`tuner.search.driver.ActorSearch` sends them
-        mid-job); post-processed as :meth:`_seeded`, those already generated dropped.
-        Returns how many were kept."""
-        kept = [c for c in self._seeded(tuple(seeds)) if shash_of(c.sch.mod) not in self._queued]
-        self._extra += kept
+        mid-job); post-processed as :meth:`_seeded`, those already generated or queued
+        dropped. Returns how many were kept."""
+        kept = self._seeded(tuple(seeds), set(self._extra))
+        self._extra.update(kept)
         return len(kept)
-
-    @property
-    def _queued(self) -> set[str]:
-        return {shash_of(c.sch.mod) for c in self._extra}
 
     def generate(self) -> list[Candidate] | None:
         """The next round's candidates; None when the search has nothing more to offer. The
         spec's seeds come first: one round of at most ``per_round`` of them. Seeds sent since
         (:meth:`seed`) lead the next round, the search's own candidates fill the rest."""
+        per_round = self.spec.per_round
         if self._first:
-            cands, self._first = self._first[: self.spec.per_round], []
+            picked, self._first = dict(list(self._first.items())[:per_round]), {}
         else:
-            extra, self._extra = self._extra[: self.spec.per_round], []
-            found = (
-                self.ctx.generate_measure_candidates() if len(extra) < self.spec.per_round else []
-            )
-            if found is None and not extra:
+            picked, self._extra = dict(list(self._extra.items())[:per_round]), {}
+            found = self.ctx.generate_measure_candidates() if len(picked) < per_round else []
+            if found is None and not picked:
                 return None
-            keys = {shash_of(c.sch.mod) for c in extra}
-            own = [c for c in found or [] if shash_of(c.sch.mod) not in keys]
-            cands = extra + own[: self.spec.per_round - len(extra)]
-        self._pending.append(cands)
+            for cand in found or []:
+                if len(picked) >= per_round:
+                    break
+                picked.setdefault(shash_of(cand.sch.mod), cand)  # a seed's twin: the seed
+        self._pending.append(list(picked.values()))
         out = []
-        for cand in cands:
+        for key, cand in picked.items():
             trace, _, _, args = TuningRecord(
                 cand.sch.trace, self.workload, None, self.target, cand.args_info
             ).as_json()
-            mod = cand.sch.mod
-            key = shash_of(mod)
             self._sent.add(key)
-            out.append(Candidate(key, tvm.ir.save_json(mod), trace, args))
+            out.append(Candidate(key, tvm.ir.save_json(cand.sch.mod), trace, args))
         return out
 
     def notify(self, results: list[tuple[list[float] | None, str | None]]) -> Rows | None:

@@ -40,7 +40,10 @@ The history of a workload (:data:`HISTORIES`) holds other shapes and other kerne
 measured buckets themselves: the same model tuned at other buckets and another model, each by a
 cold TuneFarm job of ``--trials-per-task`` per task, built once per workload before the seeds
 and outside every variant's wall time (a teammate's earlier work). Each warm run tunes into its
-own copy of it.
+own copy of it. ``--history-trials-per-task`` sets how deep the teammate tuned (default: as deep
+as ``--trials-per-task``; with ``--budget wall`` a TuneFarm job ends at up to
+:data:`WALL_TRIALS_FACTOR` times that, so ``--history-trials-per-task 64`` at 16 is a teammate
+who ran the same job at other shapes).
 
 The model's latency at a moment is the sum over tasks of calls x the task's best measured time
 so far, defined once every task has a measurement (TuneFarm measures every task's default
@@ -49,7 +52,10 @@ that starts the job (TuneFarm's Ray start and task extraction included). Reporte
 workload: the wall time at which each run reached 90% and 95% of the best latency any run of
 any variant found (``best / latency >= 0.9``), the wall time at which it had stock's median
 final latency (what the user would otherwise get; against stock's median wall time: how much
-sooner), its final latency and wall time, the model
+sooner), the wall time at which it reached 90% of the best latency of its own and stock's runs
+only, against stock's time to the same level (head to head: a warm variant's history can set
+the first figure's bar where no cold run gets in stock's time), its final latency and wall
+time, the model
 latency of its final schedules re-timed after the seeds side by side with every other run's
 (one process, the same settings, interleaved: :func:`retime`; each job's own measurements
 were taken under whatever load it ran with, and stock's runner is another process), as medians with
@@ -59,6 +65,8 @@ median curve with its interquartile band per variant. A ratio whose runs spread 
 
     python -m benchmarks time-to-quality [--workloads mlp qkv transformer] [--seeds 5]
         [--trials-per-task 64] [--variants tunefarm tunefarm-warm stock] [--budget wall]
+        [--history-trials-per-task 64]
+    python -m benchmarks time-to-quality --summarize RESULTS.json [--report REPORT.md]
 
 ``--budget trials`` (the default) gives every variant the same trials. ``--budget wall`` gives
 every variant the same wall-clock time instead: in each seed stock runs first, with the
@@ -530,7 +538,19 @@ def summarize(runs: list[RunResult]) -> dict[str, Any]:
             # against stock's whole run: the time it took to give that latency
             ratios["to_stock"] = _vs(entry["to_stock"], stock["wall_sec"])
             entry["vs_stock"] = ratios
+            entry["head_to_head"] = head_to_head(runs, name)
     return out
+
+
+def head_to_head(runs: list[RunResult], variant: str, level: float = LEVELS[0]) -> dict[str, Any]:
+    """``variant`` against stock alone: the time each took to ``level`` of the best latency
+    either of them found (a warm variant's history can set a bar no cold run reaches in
+    stock's time: the cold job is then judged against stock by a level neither reached)."""
+    mine = [r for r in runs if r.variant == variant]
+    stock = [r for r in runs if r.variant == "stock"]
+    best = min(r.final_sec for r in mine + stock if r.final_sec is not None)
+    ours, theirs = _time_to(mine, best / level), _time_to(stock, best / level)
+    return {"best_sec": best, "to": ours, "stock_to": theirs, "vs_stock": _vs(ours, theirs)}
 
 
 def _time_to(runs: list[RunResult], target_sec: float) -> dict[str, Any]:
@@ -613,12 +633,19 @@ def table(results: dict[str, Any]) -> str:
     lines = [
         "| workload | variant | to 90% | to 95% | to stock's final (vs stock's wall) | "
         "final latency | final, re-timed | wall | trials | search share | device busy | "
-        "to 90% vs stock | re-timed vs stock | wall vs cold |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "to 90% vs stock | head to head | re-timed vs stock | wall vs cold |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for workload, res in results["workloads"].items():
         for variant, e in res["summary"]["variants"].items():
             ratio = _ratio(e.get("vs_stock", {}).get("to_90"))
+            pair = e.get("head_to_head")
+            h2h = (
+                f"{_ratio(pair['vs_stock'])} ({pair['to']['reached']} vs "
+                f"{pair['stock_to']['reached']})"
+                if pair
+                else "-"
+            )
             final_ratio = _ratio(e.get("vs_stock", {}).get("retimed_sec"))
             retimed = _fmt(e["retimed_sec"], "us") if "retimed_sec" in e else "-"
             share = f"{e['search_share']['median']:.0%}" if "search_share" in e else "-"
@@ -640,7 +667,7 @@ def table(results: dict[str, Any]) -> str:
                 f"{_fmt(e['to_95'])} ({e['to_95']['reached']}) | {to_stock} | "
                 f"{_fmt(e['final_sec'], 'us')} | "
                 f"{retimed} | {_fmt(e['wall_sec'])} | {trials} | {share} | {busy} | {ratio} | "
-                f"{final_ratio} | {vs_cold} |"
+                f"{h2h} | {final_ratio} | {vs_cold} |"
             )
     return "\n".join(lines)
 
@@ -677,12 +704,16 @@ def write_report(results: dict[str, Any], results_file: Path, report: Path) -> N
         "budget left. Wall vs cold: a warm variant's median wall time over its cold "
         "counterpart's (the same search settings without the history: `tunefarm-warm-g4` "
         "over `tunefarm-g4`, the others over `tunefarm`), at the same trials (none when the "
-        "budget is wall time). Trials: the median of the runs' measured candidates. To "
+        "budget is wall time). Head to head: the variant's median time to 90% of the best "
+        "latency of its and stock's runs only, over stock's (how many runs of each reached "
+        "it): a history can set a bar in the first column that no cold run reaches in "
+        "stock's time. Trials: the median of the runs' measured candidates. To "
         "stock's final: when a run's model latency was at most stock's median final latency "
         "(a run that never got there counts its whole wall time), and that median over "
         "stock's median wall time.",
         "",
     ]
+    hist_trials = results.get("history_trials_per_task", results["trials_per_task"])
     for workload, res in results["workloads"].items():
         if res.get("history"):
             shapes = "; ".join(
@@ -691,7 +722,7 @@ def write_report(results: dict[str, Any], results_file: Path, report: Path) -> N
             )
             lines.append(
                 f"- {workload}: the warm runs start from a copy of a history of {shapes} "
-                f"(cold jobs of {results['trials_per_task']} trials per task, built before "
+                f"(cold jobs of {hist_trials} trials per task, built before "
                 "the seeds)"
             )
     lines.append("")
@@ -714,13 +745,30 @@ def main(argv: list[str] | None = None) -> int:
         default="trials",
         help="what every variant gets the same of: trials, or wall time (stock's, per seed)",
     )
+    parser.add_argument(
+        "--history-trials-per-task",
+        type=int,
+        default=None,
+        help="trials per task of the history's cold jobs (default: --trials-per-task)",
+    )
+    parser.add_argument(
+        "--summarize",
+        type=Path,
+        default=None,
+        metavar="RESULTS",
+        help="run nothing: summarize a results file's runs again (into it) and write the report",
+    )
     parser.add_argument("--out", type=Path, default=None, help="results JSON path")
     parser.add_argument(
         "--report", type=Path, default=ROOT / "docs" / "time-to-quality.md", help="Markdown report"
     )
     args = parser.parse_args(argv)
-    if args.seeds < 1 or args.trials_per_task < 1:
-        parser.error("--seeds and --trials-per-task must be at least 1")
+    if args.summarize is not None:
+        return resummarize(args.summarize, args.report)
+    if args.history_trials_per_task is None:
+        args.history_trials_per_task = args.trials_per_task
+    if args.seeds < 1 or args.trials_per_task < 1 or args.history_trials_per_task < 1:
+        parser.error("--seeds, --trials-per-task and --history-trials-per-task must be at least 1")
     if args.budget == "wall":
         if "stock" not in args.variants:
             parser.error("--budget wall needs the stock variant: its wall time is the budget")
@@ -748,6 +796,7 @@ def main(argv: list[str] | None = None) -> int:
         "target": str(target),
         "seeds": args.seeds,
         "trials_per_task": args.trials_per_task,
+        "history_trials_per_task": args.history_trials_per_task,
         "budget": args.budget,
         "workloads": {},
     }
@@ -763,7 +812,7 @@ def main(argv: list[str] | None = None) -> int:
             if any(v in WARM_VARIANTS for v in args.variants):
                 console.print(f"[bold]{workload}[/bold] history: {HISTORIES[workload]}")
                 started = time.time()
-                history = build_history(workload, target, args.trials_per_task, tmp)
+                history = build_history(workload, target, args.history_trials_per_task, tmp)
                 console.print(f"  built in {time.time() - started:.1f} s")
             runs: list[RunResult] = []
             schedules: list[list[Any]] = []
@@ -841,6 +890,29 @@ def main(argv: list[str] | None = None) -> int:
     console.print(table(results))
     write_report(results, out_path, args.report)
     console.print(f"results: {out_path}; report: {args.report}")
+    return 0
+
+
+def resummarize(path: Path, report: Path) -> int:
+    """Summarize the runs of results file ``path`` again (the summary is derived from the
+    runs, which are kept as they are) and write the report from it."""
+    import json
+
+    from rich.console import Console
+
+    try:
+        results = json.loads(path.read_text())
+        for res in results["workloads"].values():
+            runs = [
+                RunResult(**(r | {"curve": [tuple(p) for p in r["curve"]]})) for r in res["runs"]
+            ]
+            res["summary"] = summarize(runs)
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        Console(stderr=True).print(f"error: {path} is not a time-to-quality results file: {err}")
+        return 1
+    path.write_text(_dumps(results))
+    write_report(results, path, report)
+    Console().print(table(results))
     return 0
 
 

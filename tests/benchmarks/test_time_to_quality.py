@@ -61,12 +61,13 @@ def test_table_reports_device_busy_and_a_warm_run_against_the_cold_one() -> None
         line.split(" | ")[1]: line
         for line in table({"workloads": {"w": {"summary": summary}}}).splitlines()[2:]
     }
-    assert rows["tunefarm-warm"].endswith("| 8 | 8% | 70% | 0.25x | - | 1.20x |")
-    assert rows["tunefarm"].endswith("| 8 | 10% | 50% | 0.50x | - | - |")
-    assert rows["stock"].endswith("| 8 | - | - | - | - | - |")
+    warm_row = "| 8 | 8% | 70% | 0.25x | 0.25x (1/1 vs 1/1) | - | 1.20x |"
+    assert rows["tunefarm-warm"].endswith(warm_row)
+    assert rows["tunefarm"].endswith("| 8 | 10% | 50% | 0.50x | 0.50x (1/1 vs 1/1) | - | - |")
+    assert rows["stock"].endswith("| 8 | - | - | - | - | - | - |")
     # at equal wall time a warm job's wall over the cold one's says nothing
     wall = table({"budget": "wall", "workloads": {"w": {"summary": summary}}})
-    assert wall.splitlines()[3].endswith("| 0.25x | - | - |")
+    assert wall.splitlines()[3].endswith("| 0.25x | 0.25x (1/1 vs 1/1) | - | - |")
 
 
 def test_wall_budget_runs_stock_first_and_needs_it() -> None:
@@ -74,6 +75,13 @@ def test_wall_budget_runs_stock_first_and_needs_it() -> None:
 
     with pytest.raises(SystemExit):  # argparse's usage error: no stock, no wall budget
         main(["--budget", "wall", "--variants", "tunefarm", "--seeds", "0"])
+
+
+def test_history_depth_is_validated() -> None:
+    from benchmarks.time_to_quality import main
+
+    with pytest.raises(SystemExit):  # a history of no trials is a usage error
+        main(["--history-trials-per-task", "0"])
 
 
 def test_retimed_finals_are_compared_with_stock() -> None:
@@ -113,3 +121,58 @@ def test_warm_variants_are_compared_with_their_cold_counterpart() -> None:
     assert cold_counterpart("tunefarm-warm-transfer") == "tunefarm"
     assert cold_counterpart("tunefarm-warm-g4") == "tunefarm-g4"
     assert all(not cold_counterpart(v).startswith("tunefarm-warm") for v in WARM_VARIANTS)
+
+
+def test_head_to_head_judges_a_variant_by_its_and_stocks_best_only() -> None:
+    """A warm run's best sets the all-runs bar out of the cold runs' reach; head to head the
+    cold run is judged against stock by the best of the two alone."""
+    runs = [
+        _run("tunefarm", 0, [(1.0, 20.0), (3.0, 10.0)], 5.0),
+        _run("tunefarm-warm", 0, [(1.0, 4.0)], 5.0),
+        _run("stock", 0, [(2.0, 30.0), (6.0, 10.5)], 8.0),
+    ]
+    out = summarize(runs)
+    cold = out["variants"]["tunefarm"]
+    assert cold["to_90"]["reached"] == "0/1"  # 90% of the warm run's 4.0
+    pair = cold["head_to_head"]
+    assert pair["best_sec"] == 10.0
+    assert pair["to"]["median"] == pytest.approx(3.0)  # 10.0 <= 10 / 0.9
+    assert pair["stock_to"]["median"] == pytest.approx(6.0)  # 10.5 <= 11.1
+    assert pair["vs_stock"]["ratio"] == pytest.approx(0.5)
+    warm = out["variants"]["tunefarm-warm"]["head_to_head"]
+    assert warm["stock_to"]["reached"] == "0/1" and warm["vs_stock"]["ratio"] == pytest.approx(
+        1.0 / 8.0
+    )
+    rows = table({"workloads": {"w": {"summary": out}}}).splitlines()
+    assert "| 0.50x (1/1 vs 1/1) |" in rows[2]
+
+
+def test_summarize_rewrites_a_results_files_summary_from_its_runs(tmp_path) -> None:
+    import json
+    from dataclasses import asdict
+
+    from benchmarks.time_to_quality import main
+
+    runs = [
+        _run("tunefarm", 0, [(1.0, 20.0), (3.0, 10.0)], 5.0),
+        _run("stock", 0, [(2.0, 30.0), (6.0, 10.5)], 8.0),
+    ]
+    path = tmp_path / "r.json"
+    results = {
+        "date": "d",
+        "machine": {},
+        "seeds": 1,
+        "trials_per_task": 8,
+        "budget": "wall",
+        "workloads": {"w": {"summary": {}, "plot": "r-w.png", "runs": [asdict(r) for r in runs]}},
+    }
+    path.write_text(json.dumps(results))
+    report = tmp_path / "r.md"
+    assert main(["--summarize", str(path), "--report", str(report)]) == 0
+    again = json.loads(path.read_text())
+    assert again["workloads"]["w"]["summary"]["best_sec"] == 10.0
+    kept = json.loads(json.dumps(results))["workloads"]["w"]["runs"]
+    assert again["workloads"]["w"]["runs"] == kept  # the runs as they were
+    assert "head to head" in report.read_text()
+    (tmp_path / "bad.json").write_text("{}")
+    assert main(["--summarize", str(tmp_path / "bad.json"), "--report", str(report)]) == 1

@@ -53,7 +53,8 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -ra -m "not slow" $(PYTEST_ARGS)
 
-# The scoreboard: results/<date>-<host>.json + docs/performance.md (~10 min on 2 cores).
+# The scoreboard: results/<date>-<host>.json + docs/performance.md (~10 min on 2 cores), then
+# the time-to-quality short form, its section appended to docs/performance.md.
 # Threads pinned to the cores; BENCH_ARGS=--quick for a smoke run.
 BENCH_THREADS ?= $(shell nproc)
 bench: $(STAMP)

@@ -176,3 +176,33 @@ def test_summarize_rewrites_a_results_files_summary_from_its_runs(tmp_path) -> N
     assert "head to head" in report.read_text()
     (tmp_path / "bad.json").write_text("{}")
     assert main(["--summarize", str(tmp_path / "bad.json"), "--report", str(report)]) == 1
+
+
+def test_the_report_is_a_section_that_keeps_the_rest_of_its_file(tmp_path) -> None:
+    """``make bench`` writes the suite's report, then this run's section into it: the
+    section replaces the last run's and leaves the rest (a hand-written history) alone."""
+    from benchmarks.time_to_quality import BEGIN, END, write_report
+
+    runs = [
+        _run("tunefarm", 0, [(1.0, 20.0), (3.0, 10.0)], 5.0),
+        _run("stock", 0, [(2.0, 30.0), (6.0, 10.5)], 8.0),
+    ]
+    results = {
+        "date": "d1",
+        "machine": {"hostname": "h"},
+        "seeds": 1,
+        "trials_per_task": 8,
+        "workloads": {"w": {"summary": summarize(runs), "plot": "r-w.png"}},
+    }
+    report = tmp_path / "performance.md"
+    report.write_text("# Performance report\n\nthe suite's tables\n")
+    write_report(results, tmp_path / "r.json", report)
+    write_report(results | {"date": "d2"}, tmp_path / "r.json", report)
+    text = report.read_text()
+    assert text.startswith("# Performance report\n\nthe suite's tables\n")
+    assert text.count(BEGIN) == 1 and text.count(END) == 1
+    assert "date d2" in text and "date d1" not in text
+    assert "## Time to a fast model" in text and "![w](r-w.png)" in text
+    fresh = tmp_path / "new.md"  # no file yet: the section alone
+    write_report(results, tmp_path / "r.json", fresh)
+    assert fresh.read_text().startswith(BEGIN)

@@ -617,6 +617,8 @@ def tune(
     finally:
         if prep is not None:  # its thread ends with the job, whatever ended the job
             prep.close()
+    if prep is not None and prep.note() is not None:
+        search_info["cost_model"] = prep.note()  # how it started: cold, or from what history
     summaries = []
     for task, state in zip(tasks, states, strict=True):
         found = db.best(task.mod, target)
@@ -792,6 +794,8 @@ def _run_actor_search(
         "rounds": stats.rounds,
         "restarts": stats.restarts,
         "exchanged": stats.exchanged,
+        "sibling_tasks": stats.sibling_tasks,
+        "siblings": stats.siblings,
         "actor_busy_sec": stats.actor_busy_sec,
         "wait_sec": stats.wait_sec,
         "events": list(stats.events),

@@ -42,8 +42,10 @@ class SearchPrep:
                 cost_model, storage=storage, target=target, mods=mods, seed=seed, warm=warm
             )
             log.info("cost model %s: %s", cost_model, note)
+            self._note = note
             return model
 
+        self._note: str | None = None
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="tunefarm-prep")
         self._future: Future[Any] = self._pool.submit(make)
         self._pool.shutdown(wait=False)  # the thread ends with its one call
@@ -51,6 +53,10 @@ class SearchPrep:
     def cost_model(self) -> Any:
         """The job's cost model (waits for it; raises what making it raised)."""
         return self._future.result()
+
+    def note(self) -> str | None:
+        """How the cost model started (``create_cost_model``'s note), once it is made."""
+        return self._note
 
     def close(self) -> None:
         """Wait for the thread to end (a job that fails before its search leaves none behind);

@@ -227,10 +227,12 @@ def test_a_warm_job_first_measures_the_kernels_best_schedules_at_other_buckets(
 
     measure = MeasureConfig(min_repeat_ms=2, repeat=1)
     storage = Storage(sqlite_url)
+    searches: list[dict] = []  # each job's summary.search
 
     def run(bucket: int, trials: int, **kw: object) -> list[tuple[str, list]]:
         config = TuneConfig(trials=trials, trials_per_iter=4, seed=3, measure=measure, **kw)
         summary = tune(RowsMatmul, llvm_target, storage, config, buckets={"n": [bucket]})
+        searches.append(summary.search)
         query = (
             select(WorkloadRow.mod_json, RecordRow.trace_json)
             .join(WorkloadRow)
@@ -263,6 +265,11 @@ def test_a_warm_job_first_measures_the_kernels_best_schedules_at_other_buckets(
             for t in TuneFarmDatabase(storage, llvm_target).siblings(mod128, 4)
         }
         assert {json.dumps(trace[1], default=int) for _, trace in cold[:4]} != expected
+    # the summary says how each job started: tasks seeded and schedules sent, the cost model
+    seeded = [(s["sibling_tasks"], s["siblings"]) for s in searches]
+    assert seeded == [(0, 0), (1, 4), (1, 1), (0, 0)]
+    assert searches[0]["cost_model"].startswith("base: cold;")
+    assert not searches[1]["cost_model"].startswith("base: cold;")  # the teammate's records
 
 
 def test_buckets_of_one_kernel_exchange_their_best_schedules_during_a_job(

@@ -322,6 +322,12 @@ def print_tune_summary(summary: JobSummary) -> None:
             f"driver, driver waited {search['wait_sec']:.1f} s"
             + (f", {search['restarts']} actor restart(s)" if search["restarts"] else "")
         )
+    if search.get("sibling_tasks"):
+        console.print(
+            f"warm start: {search['sibling_tasks']} of {len(summary.tasks)} task(s) began with "
+            f"{search['siblings']} of the database's best schedules of their kernel at other "
+            "buckets, refitted"
+        )
     devices = summary.devices
     if devices.get("busy") is not None:
         console.print(

@@ -145,6 +145,10 @@ class SearchStats:
     rounds: int = 0
     restarts: int = 0
     exchanged: int = 0  # seeds the bucket exchange sent mid-job (set by finish)
+    # the siblings-first rounds: tasks that began with the history's schedules at other
+    # buckets of their kernel, and how many such schedules they were sent in all
+    sibling_tasks: int = 0
+    siblings: int = 0
     actor_busy_sec: float = 0.0  # summed over actors: the search work done off the driver
     wait_sec: float = 0.0  # driver time blocked on actors
     events: list[str] = field(default_factory=list)
@@ -229,6 +233,9 @@ class ActorSearch:
             # SIBLING_SHARE of its share of the job's trials
             limit = min(self.plan.siblings, self.plan.per_round, self._sibling_cap())
             seeds = self._new_seeds(task, self.db.siblings(mod, limit))
+            if seeds:  # a restarted actor's task gets none it was sent already
+                self.stats.sibling_tasks += 1
+                self.stats.siblings += len(seeds)
         seed = self.plan.seed
         return TaskSpec(
             task_id=task,

@@ -495,14 +495,30 @@ def _quartiles(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "q1": q[0], "q3": q[2]}
 
 
-def summarize(runs: list[RunResult]) -> dict[str, Any]:
+def on_retimed_scale(runs: list[RunResult]) -> list[RunResult]:
+    """Each run's curve scaled by its final's re-timed / own latency, so that every run's
+    curve is in the units of the side-by-side re-timing (a job's own runner can time
+    kernels consistently faster or slower than another's); runs not re-timed are left out."""
+    return [
+        replace(r, curve=[(t, sec * r.retimed_sec / r.final_sec) for t, sec in r.curve])
+        for r in runs
+        if r.retimed_sec and r.final_sec
+    ]
+
+
+def summarize(runs: list[RunResult], scaled: bool = True) -> dict[str, Any]:
     """Per variant: time to each level of the best any run found, final latency and wall time
-    (median and quartiles over seeds), and ratios of medians to stock's."""
+    (median and quartiles over seeds), and ratios of medians to stock's. With ``scaled``,
+    also the same figures on the re-timed scale (:func:`on_retimed_scale`) under
+    ``retimed_scale``, when the runs were re-timed."""
     finals = [r.final_sec for r in runs if r.final_sec is not None]
     if not finals:
         return {"best_sec": None, "variants": {}}
     best = min(finals)
     out: dict[str, Any] = {"best_sec": best, "variants": {}}
+    rescaled = on_retimed_scale(runs) if scaled else []
+    if rescaled and {r.variant for r in rescaled} == {r.variant for r in runs}:
+        out["retimed_scale"] = summarize(rescaled, scaled=False)
     for variant in dict.fromkeys(r.variant for r in runs):
         mine = [r for r in runs if r.variant == variant]
         entry: dict[str, Any] = {
@@ -677,6 +693,35 @@ def table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def retimed_table(results: dict[str, Any]) -> str:
+    """The times to quality on the re-timed scale, per workload and variant (empty when no
+    run was re-timed)."""
+    lines = [
+        "| workload | variant | to 90% | to stock's final (vs stock's wall) | to 90% vs stock | "
+        "head to head |",
+        "|---|---|---|---|---|---|",
+    ]
+    for workload, res in results["workloads"].items():
+        scaled = res["summary"].get("retimed_scale")
+        for variant, e in (scaled or {}).get("variants", {}).items():
+            vs = e.get("vs_stock", {})
+            pair = e.get("head_to_head")
+            to_stock = f"{_fmt(e['to_stock'])} ({e['to_stock']['reached']})" + (
+                f", {_ratio(vs['to_stock'])}" if "to_stock" in vs else ""
+            )
+            lines.append(
+                f"| {workload} | {variant} | {_fmt(e['to_90'])} ({e['to_90']['reached']}) | "
+                f"{to_stock} | {_ratio(vs.get('to_90'))} | "
+                + (
+                    f"{_ratio(pair['vs_stock'])} ({pair['to']['reached']} vs "
+                    f"{pair['stock_to']['reached']}) |"
+                    if pair
+                    else "- |"
+                )
+            )
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
 def write_report(results: dict[str, Any], results_file: Path, report: Path) -> None:
     """The run's section of ``report`` (``docs/performance.md`` by default, after the suite's
     report): how the run was made, the table, the plots. The section sits between
@@ -709,6 +754,19 @@ def write_report(results: dict[str, Any], results_file: Path, report: Path) -> N
         "",
         table(results),
         "",
+    ]
+    scaled = retimed_table(results)
+    if scaled:
+        lines += [
+            "On the re-timed scale: each run's curve scaled by its final's re-timed latency "
+            "over the one its job measured (each job's runner times under its own conditions: "
+            "its final and the side-by-side re-timing can differ by tens of percent, and not "
+            "by the same factor for every tuner). The levels are then the re-timed ones.",
+            "",
+            scaled,
+            "",
+        ]
+    lines += [
         "Device busy: the share of the devices' time spent measuring while the job had "
         "budget left. Wall vs cold: a warm variant's median wall time over its cold "
         "counterpart's (the same search settings without the history: `tunefarm-warm-g4` "

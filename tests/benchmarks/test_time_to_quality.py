@@ -206,3 +206,31 @@ def test_the_report_is_a_section_that_keeps_the_rest_of_its_file(tmp_path) -> No
     fresh = tmp_path / "new.md"  # no file yet: the section alone
     write_report(results, tmp_path / "r.json", fresh)
     assert fresh.read_text().startswith(BEGIN)
+
+
+def test_times_are_also_given_on_the_re_timed_scale() -> None:
+    """A tuner whose runner times 2x faster than the side-by-side re-timing looks 2x better
+    on its own curve; on the re-timed scale its curve is scaled back."""
+    from dataclasses import replace
+
+    from benchmarks.time_to_quality import on_retimed_scale, retimed_table
+
+    runs = [
+        replace(_run("tunefarm", 0, [(1.0, 10.0), (3.0, 5.0)], 5.0), retimed_sec=10.0),
+        replace(_run("stock", 0, [(2.0, 30.0), (6.0, 10.0)], 8.0), retimed_sec=10.0),
+    ]
+    assert on_retimed_scale(runs)[0].curve == [(1.0, 20.0), (3.0, 10.0)]
+    out = summarize(runs)
+    # own scale: stock never within 90% of 5.0; re-timed: both end at 10.0
+    assert out["variants"]["stock"]["to_90"]["reached"] == "0/1"
+    scaled = out["retimed_scale"]["variants"]
+    assert scaled["stock"]["to_90"]["median"] == pytest.approx(6.0)
+    assert scaled["tunefarm"]["to_90"]["median"] == pytest.approx(3.0)
+    assert scaled["tunefarm"]["vs_stock"]["to_90"]["ratio"] == pytest.approx(0.5)
+    assert "retimed_scale" not in out["retimed_scale"]  # one level deep
+    text = retimed_table({"workloads": {"w": {"summary": out}}})
+    assert "| w | tunefarm | 3.0 s [3.0-3.0] (1/1) |" in text
+    # runs not re-timed: no such figures
+    plain = summarize([replace(r, retimed_sec=None) for r in runs])
+    assert "retimed_scale" not in plain
+    assert retimed_table({"workloads": {"w": {"summary": plain}}}) == ""

@@ -660,13 +660,6 @@ def table(results: dict[str, Any]) -> str:
     for workload, res in results["workloads"].items():
         for variant, e in res["summary"]["variants"].items():
             ratio = _ratio(e.get("vs_stock", {}).get("to_90"))
-            pair = e.get("head_to_head")
-            h2h = (
-                f"{_ratio(pair['vs_stock'])} ({pair['to']['reached']} vs "
-                f"{pair['stock_to']['reached']})"
-                if pair
-                else "-"
-            )
             final_ratio = _ratio(e.get("vs_stock", {}).get("retimed_sec"))
             retimed = _fmt(e["retimed_sec"], "us") if "retimed_sec" in e else "-"
             share = f"{e['search_share']['median']:.0%}" if "search_share" in e else "-"
@@ -678,19 +671,30 @@ def table(results: dict[str, Any]) -> str:
                 else "-"
             )
             trials = f"{statistics.median(e['trials']):g}" if e.get("trials") else "-"
-            to_stock = "-"
-            if "to_stock" in e:
-                to_stock = f"{_fmt(e['to_stock'])} ({e['to_stock']['reached']})"
-                vs = e.get("vs_stock", {}).get("to_stock")
-                to_stock += f", {_ratio(vs)}" if vs else ""
             lines.append(
                 f"| {workload} | {variant} | {_fmt(e['to_90'])} ({e['to_90']['reached']}) | "
-                f"{_fmt(e['to_95'])} ({e['to_95']['reached']}) | {to_stock} | "
+                f"{_fmt(e['to_95'])} ({e['to_95']['reached']}) | {_to_stock_cell(e)} | "
                 f"{_fmt(e['final_sec'], 'us')} | "
                 f"{retimed} | {_fmt(e['wall_sec'])} | {trials} | {share} | {busy} | {ratio} | "
-                f"{h2h} | {final_ratio} | {vs_cold} |"
+                f"{_head_to_head_cell(e)} | {final_ratio} | {vs_cold} |"
             )
     return "\n".join(lines)
+
+
+def _to_stock_cell(e: dict[str, Any]) -> str:
+    """When a variant's runs had stock's final latency, and that over stock's wall time."""
+    if "to_stock" not in e:
+        return "-"
+    vs = e.get("vs_stock", {}).get("to_stock")
+    return f"{_fmt(e['to_stock'])} ({e['to_stock']['reached']})" + (f", {_ratio(vs)}" if vs else "")
+
+
+def _head_to_head_cell(e: dict[str, Any]) -> str:
+    """The head-to-head ratio, with how many runs of the variant and of stock reached it."""
+    pair = e.get("head_to_head")
+    if not pair:
+        return "-"
+    return f"{_ratio(pair['vs_stock'])} ({pair['to']['reached']} vs {pair['stock_to']['reached']})"
 
 
 def retimed_table(results: dict[str, Any]) -> str:
@@ -704,20 +708,10 @@ def retimed_table(results: dict[str, Any]) -> str:
     for workload, res in results["workloads"].items():
         scaled = res["summary"].get("retimed_scale")
         for variant, e in (scaled or {}).get("variants", {}).items():
-            vs = e.get("vs_stock", {})
-            pair = e.get("head_to_head")
-            to_stock = f"{_fmt(e['to_stock'])} ({e['to_stock']['reached']})" + (
-                f", {_ratio(vs['to_stock'])}" if "to_stock" in vs else ""
-            )
             lines.append(
                 f"| {workload} | {variant} | {_fmt(e['to_90'])} ({e['to_90']['reached']}) | "
-                f"{to_stock} | {_ratio(vs.get('to_90'))} | "
-                + (
-                    f"{_ratio(pair['vs_stock'])} ({pair['to']['reached']} vs "
-                    f"{pair['stock_to']['reached']}) |"
-                    if pair
-                    else "- |"
-                )
+                f"{_to_stock_cell(e)} | {_ratio(e.get('vs_stock', {}).get('to_90'))} | "
+                f"{_head_to_head_cell(e)} |"
             )
     return "\n".join(lines) if len(lines) > 2 else ""
 

@@ -36,27 +36,28 @@ class SearchPrep:
         seed: int | None,
         warm: bool,
     ) -> None:
-        def make() -> Any:
+        def make() -> tuple[Any, str]:
             preload_tensor_intrin(target)
             model, note = create_cost_model(
                 cost_model, storage=storage, target=target, mods=mods, seed=seed, warm=warm
             )
             log.info("cost model %s: %s", cost_model, note)
-            self._note = note
-            return model
+            return model, note
 
-        self._note: str | None = None
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="tunefarm-prep")
-        self._future: Future[Any] = self._pool.submit(make)
+        self._future: Future[tuple[Any, str]] = self._pool.submit(make)
         self._pool.shutdown(wait=False)  # the thread ends with its one call
 
     def cost_model(self) -> Any:
         """The job's cost model (waits for it; raises what making it raised)."""
-        return self._future.result()
+        return self._future.result()[0]
 
     def note(self) -> str | None:
-        """How the cost model started (``create_cost_model``'s note), once it is made."""
-        return self._note
+        """How the cost model started (``create_cost_model``'s note); None until it is made,
+        or when making it failed."""
+        if not self._future.done() or self._future.exception() is not None:
+            return None
+        return self._future.result()[1]
 
     def close(self) -> None:
         """Wait for the thread to end (a job that fails before its search leaves none behind);

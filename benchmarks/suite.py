@@ -265,7 +265,8 @@ def stock_tune(
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
-    from tuner.fastimport import preload_tensor_intrin
+    from tuner.fastimport import prepare_stock_builder
+    from workers.fast_math import install as install_fast_math
 
     @derived_object
     class Clock(PyMeasureCallback):
@@ -298,7 +299,7 @@ def stock_tune(
         num_trials_per_iter=per_iter,
         builder=ms.builder.LocalBuilder(
             timeout_sec=STOCK_BUILD_TIMEOUT_S,
-            initializer=preload_tensor_intrin if fast_import else None,
+            initializer=prepare_stock_builder if fast_import else install_fast_math,
         ),
         runner=runner,
         database="json",

@@ -422,7 +422,7 @@ def run_stock(
     from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
     from benchmarks.suite import STOCK_BUILD_TIMEOUT_S
-    from tuner.fastimport import preload_tensor_intrin
+    from tuner.fastimport import prepare_stock_builder
 
     start = time.time()
     tasks = [bt.task for bt in _bucket_tasks(model_path, target, buckets)]
@@ -462,7 +462,7 @@ def run_stock(
             max_trials_global=trials,
             num_trials_per_iter=per_iter,
             builder=ms.builder.LocalBuilder(
-                timeout_sec=STOCK_BUILD_TIMEOUT_S, initializer=preload_tensor_intrin
+                timeout_sec=STOCK_BUILD_TIMEOUT_S, initializer=prepare_stock_builder
             ),
             runner=ms.runner.LocalRunner(
                 evaluator_config=ms.runner.EvaluatorConfig(

@@ -93,3 +93,16 @@ def preload_tensor_intrin(target: Any = None) -> None:
             importlib.import_module(PACKAGE)
         if kind not in CPU_KINDS:
             importlib.import_module(GPU_ONLY)
+
+
+def prepare_stock_builder() -> None:
+    """Initializer of a stock MetaSchedule ``LocalBuilder`` that TuneFarm's benchmarks compare
+    against: the tensor-intrinsic registry (:func:`preload_tensor_intrin`) and the erf/tanh/pow
+    lowering (:mod:`workers.fast_math`) that TuneFarm's builders, ``tunefarm build`` and the
+    benchmarks' re-timing compile with. Without it stock tunes other code than it is judged by:
+    its builder processes lower ``erf`` to libm's scalar ``erff`` (the MLP's GELU kernel 4-6x
+    slower), so its measurements and its search see a kernel nobody ships."""
+    from workers import fast_math
+
+    fast_math.install()
+    preload_tensor_intrin()

@@ -42,3 +42,39 @@ def test_cuda_intrinsics_load_only_when_asked_for(script: str) -> None:
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().endswith("ok")
+
+
+def _erf_module() -> object:
+    import tvm
+    from tvm import te
+
+    x = te.placeholder((256,), name="x", dtype="float32")
+    y = te.compute((256,), lambda i: te.erf(x[i]), name="y")
+    return tvm.IRModule({"main": te.create_prim_func([x, y])})
+
+
+@pytest.mark.parametrize("prepared", [True, False], ids=["prepared", "bare"])
+def test_stock_builder_compiles_the_erf_tunefarm_ships(llvm_target, prepared: bool) -> None:
+    """A stock LocalBuilder given ``prepare_stock_builder`` lowers float32 erf as TuneFarm's
+    builders do (no libm ``erff`` call); a bare one keeps libm's (what the benchmarks' stock
+    baseline measured before)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from tuner.fastimport import prepare_stock_builder
+
+    def f_build(mod: object, target: object, _params: object) -> object:
+        import tvm
+
+        lib = tvm.driver.build(mod, target=target)
+        if "@erff" in lib.inspect_source("ll"):
+            raise RuntimeError("libm erff")
+        return lib
+
+    builder = ms.builder.LocalBuilder(
+        f_build=f_build, initializer=prepare_stock_builder if prepared else None, max_workers=1
+    )
+    (result,) = builder.build([ms.builder.BuilderInput(_erf_module(), llvm_target)])
+    if prepared:
+        assert result.error_msg is None, result.error_msg
+    else:
+        assert result.error_msg is not None and "libm erff" in result.error_msg

@@ -122,7 +122,7 @@ HISTORIES: dict[str, list[tuple[str, dict[str, list[int]]]]] = {
 }
 # tunefarm: the default job (--search auto); tunefarm(-warm)-ray/-thread/-driver: its search
 # forced into Ray search actors, a driver thread or MetaSchedule's loop; tunefarm-popN: with a
-# population of N; tunefarm-warm(-transfer): the default job (with --transfer) into a copy of
+# population of N; tunefarm(-warm)-noconfirm: a new best timed once, not confirmed; tunefarm-warm(-transfer): the default job (with --transfer) into a copy of
 # the workload's history; stock:
 # MetaSchedule's tune_tasks with its XGBModel
 VARIANTS = (
@@ -145,6 +145,8 @@ VARIANTS = (
     "tunefarm-warm-pop128",
     "tunefarm-pop64",
     "tunefarm-warm-pop64",
+    "tunefarm-noconfirm",
+    "tunefarm-warm-noconfirm",
     "stock",
 )
 DEFAULT_VARIANTS = ("tunefarm", "tunefarm-warm", "stock")
@@ -168,6 +170,7 @@ WARM_VARIANTS = (
     "tunefarm-warm-pop256",
     "tunefarm-warm-pop128",
     "tunefarm-warm-pop64",
+    "tunefarm-warm-noconfirm",
 )
 LEVELS = (0.9, 0.95)
 BUDGETS = ("trials", "wall")
@@ -257,6 +260,7 @@ def run_tunefarm(
     exchange: bool = False,
     time_budget_sec: float | None = None,
     per_iter: int | None = None,
+    confirm: bool = True,
 ) -> tuple[RunResult, list[Any]]:
     """TuneFarm's job on the embedded default into a fresh SQLite file, or into a copy of
     ``history``; only the job's own records count in the curve. Also each bucket task's final
@@ -285,6 +289,7 @@ def run_tunefarm(
         exchange=exchange,
         time_budget_sec=time_budget_sec,
         **({"trials_per_iter": per_iter} if per_iter else {}),
+        confirm=confirm,
     )
     start = time.time()
     summary = tune(
@@ -931,6 +936,7 @@ def main(argv: list[str] | None = None) -> int:
                             generations=4 if variant.endswith("-g4") else None,
                             time_budget_sec=stock_wall if timed else None,
                             per_iter=per_iter if timed else None,
+                            confirm=not variant.endswith("-noconfirm"),
                         )
                     console.print(
                         f"  wall {run.wall_sec:.1f} s, final {run.final_sec * 1e6:.1f} us"

@@ -44,8 +44,6 @@ class RayRunnerFuture(PyRunnerFuture):
             entry.run = self.future.result()
             self.runner.wait_sec += time.perf_counter() - start
             self.runner.device_sec += entry.run.device_sec or 0.0
-        entry.artifact = None  # release the object-store copy
-        entry.rebuild = None
         run = entry.run
         assert run is not None
         if run.ok:
@@ -138,6 +136,19 @@ class RayRunner(PyRunner):
             for f in futures:
                 f.result()  # kept in the ledger: the caller's result() answers from there
         return futures
+
+    def remeasure(self, key: str, args_info: Any) -> RunResult | None:
+        """Measure the candidate ``key`` once more, on its artifact still in the ledger (the
+        recorder releases it with the entry): its new run result, or None when the artifact is
+        gone (a cached or failed candidate)."""
+        entry = self.ledger.get(key)
+        if entry is None or entry.artifact is None:
+            return None
+        start = time.perf_counter()
+        run = self.pool.submit(entry.artifact, args_info, key, entry.rebuild).result()
+        self.wait_sec += time.perf_counter() - start
+        self.device_sec += run.device_sec or 0.0
+        return run
 
     def shutdown(self) -> None:
         """Stop the device actors."""

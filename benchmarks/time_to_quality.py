@@ -122,9 +122,9 @@ HISTORIES: dict[str, list[tuple[str, dict[str, list[int]]]]] = {
 }
 # tunefarm: the default job (--search auto); tunefarm(-warm)-ray/-thread/-driver: its search
 # forced into Ray search actors, a driver thread or MetaSchedule's loop; tunefarm-popN: with a
-# population of N; tunefarm(-warm)-noconfirm: a new best timed once, not confirmed; tunefarm-warm(-transfer): the default job (with --transfer) into a copy of
-# the workload's history; stock:
-# MetaSchedule's tune_tasks with its XGBModel
+# population of N; tunefarm(-warm)-noconfirm: a new best timed once (TuneConfig.confirm off);
+# tunefarm-warm(-transfer): the default job (with --transfer) into a copy of the workload's
+# history; stock: MetaSchedule's tune_tasks with its XGBModel
 VARIANTS = (
     "tunefarm",
     "tunefarm-g4",

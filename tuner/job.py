@@ -248,8 +248,8 @@ class JobRecorder(PyMeasureCallback):
         self.pace: RoundPace | None = None
         self.budget: TrialBudget | None = None
         # (key, args as a record stores them) -> the candidate measured once more, or None:
-        # a round's fastest candidate, when it beats its task's best, is timed twice (see
-        # record); (first mean, second mean) of each such confirmation
+        # a round's fastest candidate, when it beats its task's best, is timed twice
+        # (_confirmed); (first mean, second mean) of each such confirmation
         self.confirm: Callable[[str, Any], RunResult | None] | None = None
         self.confirmations: list[tuple[float, float]] = []
 
@@ -292,7 +292,7 @@ class JobRecorder(PyMeasureCallback):
         measured again too (at most :data:`MAX_CONFIRMATIONS` a round). Of hundreds of
         candidates timed once, the fastest is also the luckiest timing (on a 2-vCPU VM one
         kernel's runs spread by 30-50%: the best records of 256-trial MLP jobs re-timed at
-        1.2-1.5x their record, stock's 64-trial ones at 1.0x); a new best is never one run."""
+        1.2-1.5x their record, stock's 64-trial ones at 1.0x): a new best is seldom one run."""
         if self.confirm is None:
             return {}
         runs = {

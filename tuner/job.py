@@ -688,8 +688,8 @@ def tune(
             prep.close()
     if prep is not None and prep.note() is not None:
         search_info["cost_model"] = prep.note()  # how it started: cold, or from what history
-    if recorder is not None and recorder.confirm_note() is not None:
-        search_info["confirmed"] = recorder.confirm_note()
+    if recorder is not None and (confirmed := recorder.confirm_note()) is not None:
+        search_info["confirmed"] = confirmed
     summaries = []
     for task, state in zip(tasks, states, strict=True):
         found = db.best(task.mod, target)

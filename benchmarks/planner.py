@@ -97,10 +97,19 @@ def _run_one(
     env: dict[str, str],
     work: Path,
     stages: int = 2,
+    tuned: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Tune (fresh database) and bench over the profile; the traffic mean and what it took."""
+    """Tune (fresh database) and bench over the profile; the traffic mean and what it took.
+
+    ``tuned``: an earlier run of the same buckets, model and seed under another profile (a
+    tune with ``--shape`` does not read the profile): its database is benched over this
+    profile instead of tuning the same buckets again."""
+    if tuned is not None:
+        keep = ("db", "buckets", "tune_wall_sec", "trials_measured")
+        out = {"strategy": strategy, "seed": seed, "tune_shared_with": tuned["profile"]}
+        return _bench(model, profile, env, {**out, **{k: tuned[k] for k in keep}})
     url = f"sqlite:///{work}/{strategy}-{seed}.db"
-    out: dict[str, Any] = {"strategy": strategy, "seed": seed}
+    out: dict[str, Any] = {"strategy": strategy, "seed": seed, "db": url}
     tune = ["tune", model, "--trials", str(trials), "--db", url, "--seed", str(seed), "--json"]
     if buckets is None:
         tune += ["--stages", str(stages)]
@@ -127,7 +136,12 @@ def _run_one(
         out["stage_buckets"] = [st["plan"]["buckets"] for st in tuned["stages"]]
         out["buckets"] = sorted({b for bs in out["stage_buckets"] for b in bs})
         out["replanned_sec"] = tuned["plan"]["after_sec"]
-    bench = ["bench", model, "--db", url, "--shape-profile", str(profile), "--json", "-"]
+    return _bench(model, profile, env, out)
+
+
+def _bench(model: str, profile: Path, env: dict[str, str], out: dict[str, Any]) -> dict[str, Any]:
+    """``out`` with the traffic mean of ``bench --shape-profile`` on its tuned database."""
+    bench = ["bench", model, "--db", out["db"], "--shape-profile", str(profile), "--json", "-"]
     proc = _cli([*bench, "--runtimes", "none"], env, 1800)
     try:
         stats = _json_of(proc.stdout)["traffic"]["stats"]
@@ -221,16 +235,34 @@ def run(
                 }
                 cases.append(case)  # filled in run by run
                 setups.append((model, var, case, profile, work, choices))
-        # seed by seed over every case, so a run cut off keeps whole seeds of every profile
+        # seed by seed over every case, so a run cut off keeps whole seeds of every profile;
+        # a bucket set chosen by hand or pow2 is tuned once per model and seed (the tune does
+        # not read the profile) and benched over each profile that chose it
+        tunes: dict[tuple[str, tuple[int, ...], int], dict[str, Any]] = {}
         for seed in seeds:
             for model, var, case, profile, work, choices in setups:
                 runs = case["runs"]
                 for strategy, buckets in choices.items():
                     head = f"{case['model']} {case['profile']} seed {seed}"
-                    log(f"{head}: {strategy} {buckets or ''}")
+                    key = (model, tuple(buckets or ()), seed)
+                    earlier = tunes.get(key) if buckets else None
+                    shared = f" (tuned for {earlier['profile']})" if earlier else ""
+                    log(f"{head}: {strategy} {buckets or ''}{shared}")
                     r = _run_one(
-                        model, var, profile, strategy, buckets, trials, seed, env, work, stages
+                        model,
+                        var,
+                        profile,
+                        strategy,
+                        buckets,
+                        trials,
+                        seed,
+                        env,
+                        work,
+                        stages,
+                        tuned=earlier,
                     )
+                    if buckets and earlier is None and not r.get("error"):
+                        tunes[key] = {**r, "profile": case["profile"]}
                     if r.get("error"):
                         log(f"  {r['error']}")
                     else:

@@ -93,3 +93,23 @@ def test_a_planned_run_plans_tunes_and_benches_over_the_profile(tmp_path: Path) 
     assert set(r["buckets"]) == {b for bs in r["stage_buckets"] for b in bs}
     assert 0 < r["mean_sec"] < r["untuned_mean_sec"] * 2
     assert (tmp_path / "planned-0.db").exists()
+    # a bucket set tuned under one profile is benched over another without tuning again
+    wide = tmp_path / "wide.json"
+    wide.write_text(json.dumps({var: {"4": 50, str(bound // 4): 50}}))
+    shared = _run_one(
+        model,
+        var,
+        wide,
+        "pow2",
+        r["buckets"],
+        6,
+        0,
+        env,
+        tmp_path,
+        tuned={**r, "profile": "narrow"},
+    )
+    assert "error" not in shared, shared.get("error")
+    assert shared["tune_shared_with"] == "narrow" and shared["db"] == r["db"]
+    assert shared["tune_wall_sec"] == r["tune_wall_sec"] and shared["buckets"] == r["buckets"]
+    assert shared["mean_sec"] != r["mean_sec"]  # another traffic, measured
+    assert not (tmp_path / "pow2-0.db").exists()

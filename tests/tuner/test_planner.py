@@ -22,6 +22,7 @@ from tuner.symbolic.planner import (
     TAIL_CURVES,
     Calibration,
     GainCurve,
+    KernelModel,
     Planner,
     TaskModel,
     family_curve,
@@ -270,6 +271,28 @@ def test_stages_share_the_new_trials(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.ray
+def test_range_kernels_are_priced_by_their_measured_ratio_to_the_static_kernel() -> None:
+    """A bucket's range kernel and fine variant cost what the tune measured them at over
+    the static kernel (as the build prices them), a bucket never timed the kernel's median
+    ratio, a kernel never timed 1."""
+    import tvm
+    from tvm import te
+
+    a = te.placeholder((16, 64), name="A")
+    mod = tvm.IRModule(
+        {"main": te.create_prim_func([a, te.compute((16, 64), lambda i, j: a[i, j])])}
+    )
+    km = KernelModel("k", 1)
+    for value, ratios in {8: (1.2, 1.8), 16: (1.4, None), 32: (None, None)}.items():
+        km.at[value] = TaskModel("k", value, 1, mod, 1e6, recorded=4, best_sec=1e-5)
+        km.at[value].range_ratio, km.at[value].fine_ratio = ratios
+    assert km.range_ratios(8) == (1.2, 1.8)
+    assert km.range_ratios(16) == (1.4, 1.8)  # its fine variant untimed: the others'
+    assert km.range_ratios(32) == (pytest.approx(1.3), 1.8)
+    assert km.range_ratios(64) == (pytest.approx(1.3), 1.8)  # no task there yet
+    assert KernelModel("j", 1).range_ratios(8) == (1.0, 1.0)
+
+
 def test_plan_tune_replan_and_bench_over_the_profile(tmp_path: Path) -> None:
     model = tmp_path / "rows.py"
     model.write_text(ROWS)
@@ -299,6 +322,15 @@ def test_plan_tune_replan_and_bench_over_the_profile(tmp_path: Path) -> None:
     assert cal["generic"] or cal["bucket"]  # the build's kernels were found in the model
     # the re-plan keeps the first stage's buckets: the build dispatches over all of them
     assert set(job["stages"][0]["plan"]["buckets"]) <= set(job["stages"][1]["plan"]["buckets"])
+    # the planner reads the range kernels' times the tune measured (the build's prices)
+    from tuner.symbolic.profile import load_profile
+    from tuner.targets import resolve_target
+
+    loaded = load_model(model)
+    db = TuneFarmDatabase(Storage(url))
+    planner = Planner(loaded.mod, resolve_target("llvm"), db, load_profile(profile))
+    timed = [t for k in planner.kernels.values() for t in k.at.values() if t.tile]
+    assert timed and all(t.range_ratio and t.range_ratio > 0 for t in timed)
     # a plan's --trials counts the records after the job: fewer than are held is refused
     few = runner.invoke(app, [*args, "--trials", "2"])
     one_line_error(few, "fewer than the records the database holds")

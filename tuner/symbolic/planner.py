@@ -306,6 +306,11 @@ class TaskModel:
     tile: int | None = None
     # the fine variant's smaller tile (rangekernel.range_variants; None: no fine variant)
     fine_tile: int | None = None
+    # the range kernel's and its fine variant's times as the build prices them (the tune's
+    # probe at the bucket, relative to the static kernel timed beside it), over the static
+    # kernel's (None: never timed; the kernel's other buckets' ratio is used, else 1)
+    range_ratio: float | None = None
+    fine_ratio: float | None = None
     floor_sec: float = 0.0  # its buffers' bytes at PRIOR_BYTES_PER_SEC
     # its best record is the default schedule: the build offers its static kernel only
     default_won: bool = False
@@ -362,6 +367,20 @@ class KernelModel:
             min(s, GENERIC_CALL_SEC) + max(s - GENERIC_CALL_SEC, 0.0) * (v / b) ** self.degree
             for b, s in above
         )
+
+    def range_ratios(self, bucket: int) -> tuple[float, float]:
+        """The range kernel's and its fine variant's time over the static kernel's at
+        ``bucket``: as the tune measured them there, else the median over the buckets where
+        it did (a bucket not tuned yet), else 1."""
+
+        def ratio(attr: str) -> float:
+            own = getattr(self.at[bucket], attr) if bucket in self.at else None
+            if own is not None:
+                return own
+            seen = [r for t in self.at.values() if (r := getattr(t, attr)) is not None]
+            return statistics.median(seen) if seen else 1.0
+
+        return ratio("range_ratio"), ratio("fine_ratio")
 
 
 def _nearest(
@@ -631,7 +650,8 @@ class Planner:
             tm.best_sec = found.mean_sec if found else None
             tm.default_sec = self.db.default_schedule_sec(task.mod, self.target)
             if value is not None and found is not None and name in self.funcs:
-                tm.tile, tm.fine_tile = _tiles_of(self.funcs[name], found.record, self.var)
+                tiles = _tiles_of(self.funcs[name], found, self.var, self.db, value, self.target)
+                tm.tile, tm.fine_tile, tm.range_ratio, tm.fine_ratio = tiles
                 tm.default_won = tm.tile is None
         fam = self.family.get(name)
         tm.cls = self.classes.get(name, "contraction")
@@ -740,6 +760,7 @@ class Planner:
                 continue
             tm = km.at[b]
             sec = tm.time(t)
+            range_ratio, fine_ratio = km.range_ratios(b)
             generic.append((b, tm.generic_est))
             tile = tm.tile or _prior_tile(b)  # tm.tile 0: the record does not transplant
             # the default schedule won and no new trial may change that: as the build, no
@@ -747,13 +768,18 @@ class Planner:
             # generic code above the bucket, 8.2 ms at s=236, where the model had a range
             # kernel at 0.25 ms)
             transplants = tm.tile != 0 and not (tm.default_won and t <= tm.recorded)
+            # each variant priced as the build prices it: its own time the tune measured, as
+            # a ratio to the static kernel's (the MLP's 192-kernel's fine variant priced at
+            # the static kernel's time won every value from 20 to 150 in the model, where
+            # the build, by its measured time, gave it one of six)
             if transplants and offers_range(tile, km.degree):  # as the build does
-                kernels.append(BucketKernel(b, tile, f"{km.name}{b}", "", sec))
+                kernels.append(BucketKernel(b, tile, f"{km.name}{b}", "", sec * range_ratio))
             if transplants and tm.fine_tile:
                 # its fine variant, which the tune times and the build offers: a value far
                 # below the bucket pads to the register tile only (the MLP's 200-kernel,
                 # tile 100, served b = 6 at 19 us where padding to 100 was priced 284 us)
-                kernels.append(BucketKernel(b, tm.fine_tile, f"{km.name}{b}_fine", "", sec))
+                fine = BucketKernel(b, tm.fine_tile, f"{km.name}{b}_fine", "", sec * fine_ratio)
+                kernels.append(fine)
             kernels.append(BucketKernel(b, b, f"{km.name}{b}_s", "", sec, static=True))
             if b > 1:  # the same at its bucket, unpadded (the build's exact kernel)
                 kernels.append(BucketKernel(b, 1, f"{km.name}{b}_x", "", sec, static=True))
@@ -1195,22 +1221,48 @@ def _rows(
     return tuple(out)
 
 
-def _tiles_of(func: Any, record: Any, var: str) -> tuple[int | None, int | None]:
-    """The range kernel's tile of ``record`` (None: the default schedule won, the generic
-    kernel serves; 0: it does not transplant) and its fine variant's (None: none), the
-    variants the build makes (:func:`~tuner.symbolic.rangekernel.range_variants`)."""
-    from tuner.symbolic.rangekernel import is_default, range_variants, rewrite_tiles
+Tiles = tuple[int | None, int | None, float | None, float | None]
 
+
+def _tiles_of(
+    func: Any, found: Any, var: str, db: TuneFarmDatabase, value: int, target: Any
+) -> Tiles:
+    """The range kernel's tile of ``found``'s record (None: the default schedule won, the generic
+    kernel serves; 0: it does not transplant) and its fine variant's (None: none), the
+    variants the build makes (:func:`~tuner.symbolic.rangekernel.range_variants`), and
+    each one's time at ``value`` over the static kernel's as the build prices it (the tune's
+    probe, scaled back from the padded extent; None: not timed)."""
+    from tuner.symbolic.rangekernel import (
+        is_default,
+        range_variants,
+        rewrite_tiles,
+        static_key,
+        work_degree,
+    )
+
+    record = found.record
     if is_default(record.trace):
-        return None, None
+        return None, None, None, None
     try:
         rewrite = rewrite_tiles(func, record.trace, var)
         variants = range_variants(func, record.trace, var, rewrite)
     except Exception:
-        return 0, None
+        return 0, None, None, None
     if not variants:
-        return 0, None
-    return variants[0].tile, variants[1].tile if len(variants) > 1 else None
+        return 0, None, None, None
+    bucket = {var: value}
+    # the static kernel timed beside them (else the record's time, as the build does)
+    beside = db.generic_sec(static_key(variants[0].key), bucket, target) or found.mean_sec
+    degree = work_degree(func, var)
+    ratios: list[float | None] = []
+    for rk in variants[:2]:
+        sec = db.generic_sec(rk.key, bucket, target)
+        # as dispatch._plan: relative to the static kernel timed beside it
+        ratios.append(
+            sec / beside * (value / rk.padded(value)) ** degree if sec and beside else None
+        )
+    fine = variants[1].tile if len(variants) > 1 else None
+    return variants[0].tile, fine, ratios[0], ratios[1] if len(ratios) > 1 else None
 
 
 def _prior_default(tm: TaskModel) -> float:

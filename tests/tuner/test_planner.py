@@ -269,8 +269,6 @@ def test_stages_share_the_new_trials(tmp_path: Path) -> None:
     one_line_error(runner.invoke(app, args), "--stages must be at least 1")
 
 
-@pytest.mark.slow
-@pytest.mark.ray
 def test_range_kernels_are_priced_by_their_measured_ratio_to_the_static_kernel() -> None:
     """A bucket's range kernel and fine variant cost what the tune measured them at over
     the static kernel (as the build prices them), a bucket never timed the kernel's median
@@ -293,6 +291,8 @@ def test_range_kernels_are_priced_by_their_measured_ratio_to_the_static_kernel()
     assert KernelModel("j", 1).range_ratios(8) == (1.0, 1.0)
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_plan_tune_replan_and_bench_over_the_profile(tmp_path: Path) -> None:
     model = tmp_path / "rows.py"
     model.write_text(ROWS)

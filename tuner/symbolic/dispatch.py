@@ -338,6 +338,34 @@ def offers_range(tile: int, degree: int) -> bool:
     return tile > 1 or degree < 2
 
 
+def timed_range_secs(
+    db: TuneFarmDatabase,
+    variants: Sequence[Any],
+    bucket: dict[str, int],
+    target: Any,
+    mean_sec: float,
+    degree: int,
+) -> list[float | None]:
+    """Each range variant's time at ``bucket`` as the rule prices it (None: the tune did not
+    time it): its probe at the bucket padded to the tile, scaled back to the bucket,
+    relative to the static kernel timed beside it, whose record's time (``mean_sec``) the
+    static kernels are priced by (:mod:`tuner.symbolic.probes`). The build and the planner
+    both price by it."""
+    if not variants:
+        return []
+    (value,) = bucket.values()
+    beside = db.generic_sec(static_key(variants[0].key), bucket, target)
+    out: list[float | None] = []
+    for rk in variants:
+        sec = db.generic_sec(rk.key, bucket, target)
+        if sec is not None:
+            if beside:
+                sec *= mean_sec / beside
+            sec *= (value / rk.padded(value)) ** degree
+        out.append(sec)
+    return out
+
+
 def _plan(
     name: str,
     func: tirx.PrimFunc,
@@ -389,18 +417,11 @@ def _plan(
         rewrite = rewrite_tiles(norm["main"], record.trace, var.name)
         # the default schedule's range kernel is the generic kernel
         variants = () if default else range_variants(norm["main"], record.trace, var.name, rewrite)
-        beside = db.generic_sec(static_key(variants[0].key), bucket, target) if variants else None
-        for rk in variants:
-            # its own time where the tune measured it (at the bucket padded to the tile,
-            # scaled back), relative to the static kernel timed beside it, whose record's
-            # time the static kernels are priced by; else the static kernel's time under the
-            # tile-1 rule (a fine variant is offered only with its own time)
+        timed = timed_range_secs(db, variants, bucket, target, mean_sec, degree)
+        for rk, range_sec in zip(variants, timed, strict=True):
+            # its own time where the tune measured it; else the static kernel's time under
+            # the tile-1 rule (a fine variant is offered only with its own time)
             fine = rk is not variants[0]
-            range_sec = db.generic_sec(rk.key, bucket, target)
-            if range_sec is not None:
-                if beside:
-                    range_sec *= mean_sec / beside
-                range_sec *= (value / rk.padded(value)) ** degree
             if range_sec is not None or (not fine and offers_range(rk.tile, degree)):
                 sec = mean_sec if range_sec is None else range_sec
                 bk = BucketKernel(value, rk.tile, f"{kname}_fine" if fine else kname, level, sec)

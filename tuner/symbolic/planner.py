@@ -650,7 +650,10 @@ class Planner:
             tm.best_sec = found.mean_sec if found else None
             tm.default_sec = self.db.default_schedule_sec(task.mod, self.target)
             if value is not None and found is not None and name in self.funcs:
-                tiles = _tiles_of(self.funcs[name], found, self.var, self.db, value, self.target)
+                km = self.kernels[name]
+                tiles = _tiles_of(
+                    self.funcs[name], found, self.var, self.db, self.target, value, km.degree
+                )
                 tm.tile, tm.fine_tile, tm.range_ratio, tm.fine_ratio = tiles
                 tm.default_won = tm.tile is None
         fam = self.family.get(name)
@@ -1225,20 +1228,15 @@ Tiles = tuple[int | None, int | None, float | None, float | None]
 
 
 def _tiles_of(
-    func: Any, found: Any, var: str, db: TuneFarmDatabase, value: int, target: Any
+    func: Any, found: Any, var: str, db: TuneFarmDatabase, target: Any, value: int, degree: int
 ) -> Tiles:
-    """The range kernel's tile of ``found``'s record (None: the default schedule won, the generic
-    kernel serves; 0: it does not transplant) and its fine variant's (None: none), the
-    variants the build makes (:func:`~tuner.symbolic.rangekernel.range_variants`), and
-    each one's time at ``value`` over the static kernel's as the build prices it (the tune's
-    probe, scaled back from the padded extent; None: not timed)."""
-    from tuner.symbolic.rangekernel import (
-        is_default,
-        range_variants,
-        rewrite_tiles,
-        static_key,
-        work_degree,
-    )
+    """The range kernel's tile of ``found``'s record (None: the default schedule won, the
+    generic kernel serves; 0: it does not transplant) and its fine variant's (None: none),
+    the variants the build makes (:func:`~tuner.symbolic.rangekernel.range_variants`), and
+    each one's time at ``value`` over the record's as the build prices it
+    (:func:`~tuner.symbolic.dispatch.timed_range_secs`; None: not timed)."""
+    from tuner.symbolic.dispatch import timed_range_secs
+    from tuner.symbolic.rangekernel import is_default, range_variants, rewrite_tiles
 
     record = found.record
     if is_default(record.trace):
@@ -1250,19 +1248,10 @@ def _tiles_of(
         return 0, None, None, None
     if not variants:
         return 0, None, None, None
-    bucket = {var: value}
-    # the static kernel timed beside them (else the record's time, as the build does)
-    beside = db.generic_sec(static_key(variants[0].key), bucket, target) or found.mean_sec
-    degree = work_degree(func, var)
-    ratios: list[float | None] = []
-    for rk in variants[:2]:
-        sec = db.generic_sec(rk.key, bucket, target)
-        # as dispatch._plan: relative to the static kernel timed beside it
-        ratios.append(
-            sec / beside * (value / rk.padded(value)) ** degree if sec and beside else None
-        )
+    secs = timed_range_secs(db, variants[:2], {var: value}, target, found.mean_sec, degree)
+    ratios = [None if sec is None else sec / found.mean_sec for sec in secs] + [None]
     fine = variants[1].tile if len(variants) > 1 else None
-    return variants[0].tile, fine, ratios[0], ratios[1] if len(ratios) > 1 else None
+    return variants[0].tile, fine, ratios[0], ratios[1]
 
 
 def _prior_default(tm: TaskModel) -> float:

@@ -291,6 +291,27 @@ def test_range_kernels_are_priced_by_their_measured_ratio_to_the_static_kernel()
     assert KernelModel("j", 1).range_ratios(8) == (1.0, 1.0)
 
 
+def test_a_timed_range_kernel_is_offered_whatever_its_tile_as_the_build_offers_it() -> None:
+    """The tile-1 rule keeps an untimed range kernel of tile 1 over two axes of the variable
+    out of the dispatch; once the tune timed it at its bucket, the build offers it at its
+    measured price, and so does the planner's model of that build."""
+    import tvm
+    from tvm import te
+
+    a = te.placeholder((16, 16), name="A")
+    mod = tvm.IRModule(
+        {"main": te.create_prim_func([a, te.compute((16, 16), lambda i, j: a[i, j])])}
+    )
+    km = KernelModel("k", 1, degree=2)
+    for value, ratio in {16: 3.0, 32: None}.items():
+        km.at[value] = TaskModel("k", value, 1, mod, 1e6, recorded=4, best_sec=1e-5, tile=1)
+        km.at[value].range_ratio = ratio
+    kernels, _ = km.dispatch({16: 4, 32: 4})
+    ranges = {k.value: k for k in kernels if not k.static and not k.name.endswith("_fine")}
+    assert set(ranges) == {16}  # the untimed one at 32 is left out, as the build does
+    assert ranges[16].tile == 1 and ranges[16].mean_sec == pytest.approx(3.0 * km.at[16].time(4))
+
+
 @pytest.mark.slow
 @pytest.mark.ray
 def test_plan_tune_replan_and_bench_over_the_profile(tmp_path: Path) -> None:

@@ -382,6 +382,55 @@ class KernelModel:
 
         return ratio("range_ratio"), ratio("fine_ratio")
 
+    def dispatch(
+        self, trials: dict[int, int]
+    ) -> tuple[list[BucketKernel], list[tuple[int, float]]]:
+        """The bucket kernels the build offers the dispatch with ``trials`` per bucket, each
+        priced as the build prices it, and the generic kernel's time at each bucket."""
+        kernels, generic = [], []
+        lower = 0  # the bucket below
+        for b in sorted(trials):
+            t = trials[b]
+            if t < 1 or self.reason:
+                continue
+            tm = self.at[b]
+            sec = tm.time(t)
+            range_ratio, fine_ratio = self.range_ratios(b)
+            generic.append((b, tm.generic_est))
+            tile = tm.tile or _prior_tile(b)  # tm.tile 0: the record does not transplant
+            # the default schedule won and no new trial may change that: as the build, no
+            # range kernel and no instances (matmul2 of the transformer block then ran its
+            # generic code above the bucket, 8.2 ms at s=236, where the model had a range
+            # kernel at 0.25 ms)
+            transplants = tm.tile != 0 and not (tm.default_won and t <= tm.recorded)
+            # each variant priced as the build prices it: its own time the tune measured, as
+            # a ratio to the static kernel's (the MLP's 192-kernel's fine variant priced at
+            # the static kernel's time won every value from 20 to 150 in the model, where
+            # the build, by its measured time, gave it one of six)
+            # offered as the build offers it: where the tune timed it at this bucket, or
+            # where the tile-1 rule lets its static kernel's time stand for it
+            if transplants and (tm.range_ratio is not None or offers_range(tile, self.degree)):
+                kernels.append(BucketKernel(b, tile, f"{self.name}{b}", "", sec * range_ratio))
+            if transplants and tm.fine_tile:
+                # its fine variant, which the tune times and the build offers: a value far
+                # below the bucket pads to the register tile only (the MLP's 200-kernel,
+                # tile 100, served b = 6 at 19 us where padding to 100 was priced 284 us)
+                fine = BucketKernel(b, tm.fine_tile, f"{self.name}{b}_fine", "", sec * fine_ratio)
+                kernels.append(fine)
+            kernels.append(BucketKernel(b, b, f"{self.name}{b}_s", "", sec, static=True))
+            if b > 1:  # the same at its bucket, unpadded (the build's exact kernel)
+                kernels.append(BucketKernel(b, 1, f"{self.name}{b}_x", "", sec, static=True))
+            for at in instance_points(lower, b) if transplants else ():
+                if at % tile == 0:  # the build's static instances between the buckets
+                    scaled = sec * (at / b) ** self.degree
+                    name = f"{self.name}{b}_at{at}"
+                    kernels.append(BucketKernel(at, at, name, "", scaled, static=True, origin=b))
+                    kernels.append(
+                        BucketKernel(at, 1, f"{name}_x", "", scaled, static=True, origin=b)
+                    )
+            lower = b
+        return kernels, generic
+
 
 def _nearest(
     measured: dict[int, TaskModel], b: int, tm: TaskModel, degree: int
@@ -752,51 +801,6 @@ class Planner:
             out = [x + cal.overhead(v) for x, v in zip(out, vs, strict=True)]
         return out
 
-    def _dispatch(
-        self, km: KernelModel, trials: dict[int, int]
-    ) -> tuple[list[BucketKernel], list[tuple[int, float]]]:
-        kernels, generic = [], []
-        lower = 0  # the bucket below
-        for b in sorted(trials):
-            t = trials[b]
-            if t < 1 or km.reason:
-                continue
-            tm = km.at[b]
-            sec = tm.time(t)
-            range_ratio, fine_ratio = km.range_ratios(b)
-            generic.append((b, tm.generic_est))
-            tile = tm.tile or _prior_tile(b)  # tm.tile 0: the record does not transplant
-            # the default schedule won and no new trial may change that: as the build, no
-            # range kernel and no instances (matmul2 of the transformer block then ran its
-            # generic code above the bucket, 8.2 ms at s=236, where the model had a range
-            # kernel at 0.25 ms)
-            transplants = tm.tile != 0 and not (tm.default_won and t <= tm.recorded)
-            # each variant priced as the build prices it: its own time the tune measured, as
-            # a ratio to the static kernel's (the MLP's 192-kernel's fine variant priced at
-            # the static kernel's time won every value from 20 to 150 in the model, where
-            # the build, by its measured time, gave it one of six)
-            if transplants and offers_range(tile, km.degree):  # as the build does
-                kernels.append(BucketKernel(b, tile, f"{km.name}{b}", "", sec * range_ratio))
-            if transplants and tm.fine_tile:
-                # its fine variant, which the tune times and the build offers: a value far
-                # below the bucket pads to the register tile only (the MLP's 200-kernel,
-                # tile 100, served b = 6 at 19 us where padding to 100 was priced 284 us)
-                fine = BucketKernel(b, tm.fine_tile, f"{km.name}{b}_fine", "", sec * fine_ratio)
-                kernels.append(fine)
-            kernels.append(BucketKernel(b, b, f"{km.name}{b}_s", "", sec, static=True))
-            if b > 1:  # the same at its bucket, unpadded (the build's exact kernel)
-                kernels.append(BucketKernel(b, 1, f"{km.name}{b}_x", "", sec, static=True))
-            for at in instance_points(lower, b) if transplants else ():
-                if at % tile == 0:  # the build's static instances between the buckets
-                    scaled = sec * (at / b) ** km.degree
-                    name = f"{km.name}{b}_at{at}"
-                    kernels.append(BucketKernel(at, at, name, "", scaled, static=True, origin=b))
-                    kernels.append(
-                        BucketKernel(at, 1, f"{name}_x", "", scaled, static=True, origin=b)
-                    )
-            lower = b
-        return kernels, generic
-
     def _kernel_costs(
         self,
         km: KernelModel,
@@ -1165,7 +1169,7 @@ class Planner:
         """The bucket kernel the dispatch of ``trials``' buckets calls at each profile value
         (or each of ``at``; None: the generic kernel)."""
         at = [v for v, _ in self.values] if at is None else at
-        kernels, generic = self._dispatch(km, trials)
+        kernels, generic = km.dispatch(trials)
         if not kernels:
             return [None] * len(at)
         top = max(b.value for b in kernels)

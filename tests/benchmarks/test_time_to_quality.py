@@ -147,6 +147,31 @@ def test_head_to_head_judges_a_variant_by_its_and_stocks_best_only() -> None:
     assert "| 0.50x (1/1 vs 1/1) |" in rows[2]
 
 
+def test_stock_long_gives_stocks_time_to_a_level_its_own_run_never_reached() -> None:
+    """Stock's own run never reaches 90% of the best: its figure is its wall time (a bound).
+    Given 4x the trials (stock-long), it gets there at 20 s: each variant's time to the level
+    is also given over that, and the report has the table."""
+    from benchmarks.time_to_quality import long_table
+
+    runs = [
+        _run("stock", 0, [(2.0, 30.0), (8.0, 20.0)], 8.0),
+        _run("tunefarm", 0, [(1.0, 20.0), (5.0, 10.0)], 8.0),
+        _run("stock-long", 0, [(2.0, 30.0), (8.0, 20.0), (20.0, 10.5)], 32.0),
+    ]
+    out = summarize(runs)
+    stock, long = out["variants"]["stock"], out["variants"]["stock-long"]
+    assert stock["to_90"]["reached"] == "0/1" and stock["to_90"]["median"] == 8.0
+    assert long["to_90"]["reached"] == "1/1" and long["to_90"]["median"] == pytest.approx(20.0)
+    vs = out["variants"]["tunefarm"]["vs_stock"]
+    assert vs["to_90"]["ratio"] == pytest.approx(5.0 / 8.0)  # against the bound
+    assert vs["to_90_long"]["ratio"] == pytest.approx(5.0 / 20.0)  # against when it got there
+    assert "to_90_long" not in long.get("vs_stock", {})
+    rows = long_table({"workloads": {"w": {"summary": out}}}).splitlines()
+    assert [r.split(" | ")[1] for r in rows[2:]] == ["stock", "tunefarm"]
+    assert "| 0.25x |" in rows[3] and "| 0.40x |" in rows[2]  # stock: 8 s (bound) / 20 s
+    assert long_table({"workloads": {"w": {"summary": summarize(runs[:2])}}}) == ""
+
+
 def test_summarize_rewrites_a_results_files_summary_from_its_runs(tmp_path) -> None:
     import json
     from dataclasses import asdict

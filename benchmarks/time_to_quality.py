@@ -959,16 +959,14 @@ def main(argv: list[str] | None = None) -> int:
                 for variant in args.variants:
                     timed = args.budget == "wall" and not variant.startswith("stock")
                     # stock-long: stock's time to a level given as long as TuneFarm may search
-                    stock_trials = (
-                        WALL_TRIALS_FACTOR * trials if variant == "stock-long" else trials
-                    )
+                    run_trials = WALL_TRIALS_FACTOR * trials if variant == "stock-long" else trials
                     console.print(
                         f"[bold]{workload}[/bold] seed {seed} {variant}: {n_tasks} tasks, "
                         + (
                             f"{stock_wall:.1f} s (stock's), at most "
                             f"{WALL_TRIALS_FACTOR * trials} trials"
                             if timed and stock_wall
-                            else f"{stock_trials if variant.startswith('stock') else trials} trials"
+                            else f"{run_trials} trials"
                         )
                     )
                     if variant.startswith("stock"):
@@ -977,7 +975,7 @@ def main(argv: list[str] | None = None) -> int:
                             model_path,
                             target,
                             buckets,
-                            stock_trials,
+                            run_trials,
                             seed,
                             tmp,
                             per_iter,

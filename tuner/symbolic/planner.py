@@ -403,12 +403,12 @@ class KernelModel:
             # generic code above the bucket, 8.2 ms at s=236, where the model had a range
             # kernel at 0.25 ms)
             transplants = tm.tile != 0 and not (tm.default_won and t <= tm.recorded)
-            # each variant priced as the build prices it: its own time the tune measured, as
-            # a ratio to the static kernel's (the MLP's 192-kernel's fine variant priced at
-            # the static kernel's time won every value from 20 to 150 in the model, where
-            # the build, by its measured time, gave it one of six)
-            # offered as the build offers it: where the tune timed it at this bucket, or
-            # where the tile-1 rule lets its static kernel's time stand for it
+            # each variant offered and priced as the build does: the range kernel where the
+            # tune timed it at this bucket or the tile-1 rule lets the static kernel's time
+            # stand for it, at its measured ratio to the static kernel's time (the MLP's
+            # 192-kernel's fine variant priced at the static kernel's time won every value
+            # from 20 to 150 in the model, where the build, by its measured time, gave it
+            # one of six)
             if transplants and (tm.range_ratio is not None or offers_range(tile, self.degree)):
                 kernels.append(BucketKernel(b, tile, f"{self.name}{b}", "", sec * range_ratio))
             if transplants and tm.fine_tile:

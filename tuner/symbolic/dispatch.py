@@ -338,6 +338,13 @@ def offers_range(tile: int, degree: int) -> bool:
     return tile > 1 or degree < 2
 
 
+def offers_variant(timed: bool, fine: bool, tile: int, degree: int) -> bool:
+    """Whether a bucket's range variant is offered to the rule: with its own time where the
+    tune measured it; untimed, a range kernel (never a fine variant) under :func:`offers_range`,
+    priced at its static kernel's time. The build and the planner both offer by it."""
+    return timed or (not fine and offers_range(tile, degree))
+
+
 def timed_range_secs(
     db: TuneFarmDatabase,
     variants: Sequence[Any],
@@ -422,7 +429,7 @@ def _plan(
             # its own time where the tune measured it; else the static kernel's time under
             # the tile-1 rule (a fine variant is offered only with its own time)
             fine = rk is not variants[0]
-            if range_sec is not None or (not fine and offers_range(rk.tile, degree)):
+            if offers_variant(range_sec is not None, fine, rk.tile, degree):
                 sec = mean_sec if range_sec is None else range_sec
                 bk = BucketKernel(value, rk.tile, f"{kname}_fine" if fine else kname, level, sec)
                 plan.kernels.append((bk, _mark(rk.func, name, f"{var.name}={value}", rk.tile)))

@@ -71,7 +71,7 @@ from tuner.symbolic.dispatch import (
     PadBuffer,
     bucket_workloads,
     choose_intervals,
-    offers_range,
+    offers_variant,
     pad_buffers,
 )
 from tuner.symbolic.profile import ShapeProfile
@@ -409,7 +409,7 @@ class KernelModel:
             # 192-kernel's fine variant priced at the static kernel's time won every value
             # from 20 to 150 in the model, where the build, by its measured time, gave it
             # one of six)
-            if transplants and (tm.range_ratio is not None or offers_range(tile, self.degree)):
+            if transplants and offers_variant(tm.range_ratio is not None, False, tile, self.degree):
                 kernels.append(BucketKernel(b, tile, f"{self.name}{b}", "", sec * range_ratio))
             if transplants and tm.fine_tile:
                 # its fine variant, which the tune times and the build offers: a value far

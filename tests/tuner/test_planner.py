@@ -312,6 +312,34 @@ def test_a_timed_range_kernel_is_offered_whatever_its_tile_as_the_build_offers_i
     assert ranges[16].tile == 1 and ranges[16].mean_sec == pytest.approx(3.0 * km.at[16].time(4))
 
 
+def test_a_fine_variant_is_offered_only_timed_or_to_be_timed_as_the_build_offers_it() -> None:
+    """The build offers a fine variant only with its own time. The planner does the same:
+    a recorded bucket whose fine variant was not timed and that no new trial tunes again has
+    none; one the tune will time (more trials than recorded) or did time has it."""
+    import tvm
+    from tvm import te
+
+    a = te.placeholder((16, 16), name="A")
+    mod = tvm.IRModule(
+        {"main": te.create_prim_func([a, te.compute((16, 16), lambda i, j: a[i, j])])}
+    )
+    km = KernelModel("k", 1, degree=1)
+    for value, ratio in {16: 1.2, 32: None}.items():
+        tm = TaskModel("k", value, 1, mod, 1e6, recorded=4, best_sec=1e-5, tile=16, fine_tile=4)
+        tm.range_ratio, tm.fine_ratio = 1.0, ratio
+        km.at[value] = tm
+
+    def fine(trials: dict[int, int]) -> dict[int, float]:
+        kernels, _ = km.dispatch(trials)
+        return {k.value: k.mean_sec for k in kernels if k.name.endswith("_fine")}
+
+    offered = fine({16: 4, 32: 4})  # no new trial: the untimed one at 32 is left out
+    assert set(offered) == {16}
+    assert offered[16] == pytest.approx(1.2 * km.at[16].time(4))
+    # 8 trials tune 32 again, and the tune times its variants: offered, at the timed median
+    assert fine({16: 4, 32: 8})[32] == pytest.approx(1.2 * km.at[32].time(8))
+
+
 @pytest.mark.slow
 @pytest.mark.ray
 def test_plan_tune_replan_and_bench_over_the_profile(tmp_path: Path) -> None:

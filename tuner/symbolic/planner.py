@@ -411,10 +411,18 @@ class KernelModel:
             # one of six)
             if transplants and offers_variant(tm.range_ratio is not None, False, tile, self.degree):
                 kernels.append(BucketKernel(b, tile, f"{self.name}{b}", "", sec * range_ratio))
-            if transplants and tm.fine_tile:
-                # its fine variant, which the tune times and the build offers: a value far
-                # below the bucket pads to the register tile only (the MLP's 200-kernel,
-                # tile 100, served b = 6 at 19 us where padding to 100 was priced 284 us)
+            # a fine variant only with its own time, as the build: timed in the database, or
+            # to be timed by the tune of ``t`` trials (it times the best record's variants
+            # after the search); a bucket not tuned yet has no fine tile
+            fine_timed = tm.fine_ratio is not None or t > tm.recorded
+            if (
+                transplants
+                and tm.fine_tile
+                and offers_variant(fine_timed, True, tm.fine_tile, self.degree)
+            ):
+                # its fine variant: a value far below the bucket pads to the register tile only
+                # (the MLP's 200-kernel, tile 100, served b = 6 at 19 us where padding to 100
+                # was priced 284 us)
                 fine = BucketKernel(b, tm.fine_tile, f"{self.name}{b}_fine", "", sec * fine_ratio)
                 kernels.append(fine)
             kernels.append(BucketKernel(b, b, f"{self.name}{b}_s", "", sec, static=True))

@@ -132,6 +132,8 @@ def row_of(model: str, tune_sec: float, res: dict[str, Any]) -> dict[str, Any]:
 
     spread = {**res.get("spread", {})}  # (max - min) / median of its interleaved repeats
     spread |= {n: rts[n]["spread"] for n in OTHER_RUNTIMES if rts.get(n, {}).get("spread")}
+    # the ratios are paired rounds (tuner.bench._paired): their own spread
+    spread |= {f"{n}/tuned": v["spread"] for n, v in res.get("paired", {}).items()}
     noisy = sorted(k for k, v in spread.items() if v is not None and v > NOISY)
     if noisy:
         notes.append(f"noisy (repeats spread over {NOISY:.0%}): {', '.join(noisy)}")
@@ -224,7 +226,8 @@ def print_table(data: dict[str, Any]) -> None:
             else f"{data['trials']} trials"
         )
         + f", {data['threads']} threads each",
-        caption="(N.NNx) = that runtime's time / tuned's time: above 1, tuned is faster",
+        caption="(N.NNx) = that runtime's time / tuned's time, the median of rounds timing "
+        "the two back to back: above 1, tuned is faster",
     )
     cols = ["model", "shape", "tuned", "untuned", "reference", "torch.compile", "onnxruntime"]
     for col in cols:

@@ -16,7 +16,12 @@ ORT's intra-op threads and TVM's pool). The reference and the other runtimes are
 before any TVM kernel in the process (after a call TVM's pool threads spin and take the cores
 from the others' threads), their repeats interleaved round-robin; then the untuned and tuned
 builds, interleaved the same way. A first call at each shape is excluded from the timings and
-reported (``warmup_sec``: ``torch.compile`` compiles, or recompiles, there).
+reported (``warmup_sec``: ``torch.compile`` compiles, or recompiles, there). Last, the
+reference and each other runtime are timed back to back with the tuned build, round after
+round (:func:`_paired`, the process quiet before each sample): the ratios reported
+(``vs_runtime``, ``vs_reference``, the table's ``(N.NNx)``) are the medians of those paired
+rounds, which a slow phase of a shared VM hits on both sides alike; the phases' medians stay
+the reported times.
 """
 
 from __future__ import annotations
@@ -71,6 +76,18 @@ class RuntimeResult:
 
 
 @dataclass(frozen=True)
+class Paired:
+    """Another runtime (or the reference) timed back to back with the tuned build, round after
+    round (:func:`_paired`): the median of the rounds' ratios, their spread ((max - min) /
+    median) and the median of each side's own times in those rounds."""
+
+    ratio: float  # its time / tuned's time: above 1, tuned is faster
+    spread: float
+    sec: float
+    tuned_sec: float
+
+
+@dataclass(frozen=True)
 class BenchResult:
     """Latencies (median seconds), ratios and numerics of one benchmark run at one shape."""
 
@@ -91,6 +108,9 @@ class BenchResult:
     spread: dict[str, float] = field(default_factory=dict)
     # where the tuned build's time goes (bench(kernels=True)): each kernel timed alone
     profile: KernelProfile | None = None
+    # the reference (by its name) and each other runtime timed back to back with the tuned
+    # build: the ratios reported
+    paired: dict[str, Paired] = field(default_factory=dict)
 
     @property
     def speedup(self) -> float:
@@ -113,14 +133,20 @@ class BenchResult:
 
     @property
     def vs_reference(self) -> float | None:
-        """Reference time / tuned time (> 1: the tuned build is faster)."""
+        """Reference time / tuned time (> 1: the tuned build is faster): the paired ratio
+        where there is one."""
+        if self.reference in self.paired:
+            return self.paired[self.reference].ratio
         return self.reference_sec / self.tuned_sec if self.reference_sec else None
 
     def vs_runtime(self, name: str) -> float | None:
-        """``name``'s time / tuned time (> 1: the tuned build is faster), None where it did
-        not run."""
+        """``name``'s time / tuned time (> 1: the tuned build is faster): the median of the
+        paired rounds where there are some (:func:`_paired`), else the ratio of the two
+        medians; None where it did not run."""
         rt = self.runtime(name)
-        return rt.sec / self.tuned_sec if rt is not None and rt.ok and rt.sec else None
+        if rt is None or not rt.ok or not rt.sec:
+            return None
+        return self.paired[name].ratio if name in self.paired else rt.sec / self.tuned_sec
 
     def runtime(self, name: str) -> RuntimeResult | None:
         return next((r for r in self.runtimes if r.name == name), None)
@@ -206,11 +232,13 @@ def runtime_notes(results: list[BenchResult]) -> list[str]:
 
 
 def noisy_figures(results: list[BenchResult]) -> list[str]:
-    """``runtime@shape`` of every time whose spread over the repeats is above :data:`NOISY`."""
+    """``runtime@shape`` of every time, and ``runtime/tuned@shape`` of every paired ratio,
+    whose spread over the repeats is above :data:`NOISY`."""
     out = []
     for r in results:
         spreads = dict(r.spread)
         spreads |= {rt.name: rt.spread for rt in r.runtimes if rt.spread is not None}
+        spreads |= {f"{k}/tuned": v.spread for k, v in r.paired.items()}
         out += [f"{k}@{shape_label(r.shape)}" for k, v in spreads.items() if v > NOISY]
     return out
 
@@ -366,6 +394,36 @@ def _interleave(
     for name, values in samples.items():
         med = statistics.median(values)
         out[name] = (med, (max(values) - min(values)) / med if med > 0 else 0.0)
+    return out
+
+
+def _paired(
+    tuned: Callable[[], float], others: dict[str, Callable[[], float]], repeat: int
+) -> dict[str, Paired]:
+    """Each of ``others`` timed back to back with the tuned build, ``repeat`` rounds (which
+    of the two goes first alternates, the process quiet before each sample), summed up per
+    name as a :class:`Paired`. A slow phase of the machine that lasts longer than a round
+    hits both samples of the round alike, so these ratios hold still where two medians taken
+    minutes apart (one phase for the other runtimes, one for TVM) do not."""
+    out = {}
+    for name, timer in others.items():
+        rounds: list[tuple[float, float]] = []  # (its time, tuned's time)
+        for r in range(repeat):
+            pair = [timer, tuned] if r % 2 == 0 else [tuned, timer]
+            secs = []
+            for fn in pair:
+                _wait_quiet()
+                secs.append(fn())
+            rounds.append((secs[0], secs[1]) if r % 2 == 0 else (secs[1], secs[0]))
+        ratios = [sec / t for sec, t in rounds if t > 0]
+        if ratios:
+            med = statistics.median(ratios)
+            out[name] = Paired(
+                med,
+                (max(ratios) - min(ratios)) / med if med > 0 else 0.0,
+                statistics.median(sec for sec, _ in rounds),
+                statistics.median(t for _, t in rounds),
+            )
     return out
 
 
@@ -590,8 +648,6 @@ def bench(
         others = _prepare(model, names, threads, tmp)
     reference = model.reference.fn if model.reference is not None else None
     refs = _run_others(reference, others, runs, repeat, min_sec)
-    for other in others:  # free their sessions and thread pools before TVM runs
-        other.fn = None
     untuned, _ = compile(model.mod, target, None)
     tuned_ex, report = compile(model.mod, target, db, traffic=traffic)
     untuned_vm, tuned_vm = _VM(untuned), _VM(tuned_ex)
@@ -601,6 +657,18 @@ def bench(
         ref_untuned, _, untuned_timer = untuned_vm.first(full, min_repeat_ms)
         outs, called, tuned_timer = tuned_vm.first(full, min_repeat_ms)
         medians = _interleave({"untuned": untuned_timer, "tuned": tuned_timer}, repeat)
+        # then each of the others back to back with tuned: the ratios users read
+        pairs = {
+            o.name: lambda fn=o.fn, a=args: time_per_call(fn, a, min_sec)
+            for o in others
+            if o.fn is not None and i in o.outs
+        }
+        if reference is not None and ref is not None and model.reference is not None:
+            pairs = {
+                model.reference.name: lambda a=args: time_per_call(reference, a, min_sec),
+                **pairs,
+            }
+        paired = _paired(tuned_timer, pairs, repeat)
         reference_sec = None
         reference_name, expected = "untuned", ref_untuned
         spread = {k: v[1] for k, v in medians.items()}
@@ -625,8 +693,11 @@ def bench(
                 threads=threads,
                 spread=spread,
                 profile=tuned_vm.profile(full, medians["tuned"][0]) if kernels else None,
+                paired=paired,
             )
         )
+    for other in others:  # free their sessions and thread pools
+        other.fn = None
     return results
 
 
@@ -675,15 +746,16 @@ def runtimes_table(results: list[BenchResult], title: str) -> Any:
     names = [r.name for r in first.runtimes]
     table = Table(
         title=f"{title}: runtimes side by side, {first.threads} threads each",
-        caption="(N.NNx) = that runtime's time / TuneFarm tuned's time: above 1, tuned is "
-        f"faster; noisy: spread over the repeats above {NOISY:.0%}",
+        caption="(N.NNx) = that runtime's time / TuneFarm tuned's time, the median of rounds "
+        "timing the two back to back: above 1, tuned is faster; noisy: spread over the "
+        f"repeats (of a time, or of a ratio's rounds) above {NOISY:.0%}",
     )
     cols = ["shape", "tuned", "untuned", *([_REF_NAMES.get(ref, ref)] if ref else []), *names]
     for col in cols:
         table.add_column(col, justify="left" if col == "shape" else "right")
 
-    def ratio(sec: float | None, tuned: float) -> str:
-        return f" ({sec / tuned:.2f}x)" if sec and tuned else ""
+    def ratio(value: float | None) -> str:
+        return f" ({value:.2f}x)" if value else ""
 
     def noisy(spread: float | None) -> str:
         return " [yellow]noisy[/yellow]" if spread is not None and spread > NOISY else ""
@@ -692,26 +764,28 @@ def runtimes_table(results: list[BenchResult], title: str) -> Any:
         row = [shape_label(r.shape), fmt_sec(r.tuned_sec) + noisy(r.spread.get("tuned"))]
         row.append(
             fmt_sec(r.untuned_sec)
-            + ratio(r.untuned_sec, r.tuned_sec)
+            + ratio(r.untuned_sec / r.tuned_sec if r.tuned_sec else None)
             + noisy(r.spread.get("untuned"))
         )
         if ref:
-            row.append(
-                fmt_sec(r.reference_sec)
-                + ratio(r.reference_sec, r.tuned_sec)
-                + noisy(r.spread.get("reference"))
-            )
+            spread = max(r.spread.get("reference", 0.0), _paired_spread(r, ref))
+            row.append(fmt_sec(r.reference_sec) + ratio(r.vs_reference) + noisy(spread))
         for name in names:
             rt = r.runtime(name)
             if rt is None or rt.sec is None:
                 row.append("not run")
                 continue
-            cell = escape(fmt_sec(rt.sec) + ratio(rt.sec, r.tuned_sec)) + noisy(rt.spread)
+            spread = max(rt.spread or 0.0, _paired_spread(r, name))
+            cell = escape(fmt_sec(rt.sec) + ratio(r.vs_runtime(name))) + noisy(spread)
             row.append(cell + (" [red]MISMATCH[/red]" if rt.agree is False else ""))
         if not r.agree:
             row[1] += " [red]MISMATCH[/red]"
         table.add_row(*row)
     return table
+
+
+def _paired_spread(r: BenchResult, name: str) -> float:
+    return r.paired[name].spread if name in r.paired else 0.0
 
 
 _REF_NAMES = {"pytorch": "pytorch eager"}

@@ -7,10 +7,10 @@ import pytest
 
 from benchmarks.models import MODELS, SUITE_MODELS, row_of
 from benchmarks.report import render
-from tuner.bench import BenchResult, RuntimeResult
+from tuner.bench import BenchResult, Paired, RuntimeResult
 
 
-def _bench_json(error: str | None, spread: float | None = None) -> dict:
+def _bench_json(error: str | None, spread: float | None = None, paired: dict | None = None) -> dict:
     ort = (
         RuntimeResult("onnxruntime", error=error)
         if error
@@ -36,6 +36,7 @@ def _bench_json(error: str | None, spread: float | None = None) -> dict:
         ),
         threads=2,
         spread={"tuned": 0.05, "untuned": 0.4 if spread else 0.05},
+        paired=paired or {},
     ).to_dict()
 
 
@@ -62,6 +63,16 @@ def test_a_figure_whose_repeats_spread_widely_is_marked_noisy() -> None:
     row = row_of("m.pt2", 1.0, _bench_json(None, spread=0.6))
     assert "noisy (repeats spread over 25%): onnxruntime, untuned" in row["notes"]
     assert "noisy" not in (row_of("m.pt2", 1.0, _bench_json(None))["notes"] or "")
+
+
+def test_ratios_are_the_paired_rounds_and_their_spread_marks_them_noisy() -> None:
+    """The rows' ratios are the paired medians (not 4e-4 / 5e-4), and a paired ratio whose
+    rounds spread is noisy although both times held still."""
+    row = row_of(
+        "m.pt2", 1.0, _bench_json(None, paired={"onnxruntime": Paired(1.1, 0.3, 4.4e-4, 4e-4)})
+    )
+    assert row["tuned_vs_onnxruntime"] == 1.1 and row["tuned_vs_torch.compile"] == 1.6
+    assert "noisy (repeats spread over 25%): onnxruntime/tuned" in row["notes"]
 
 
 def test_suite_models_are_known() -> None:

@@ -16,6 +16,7 @@ from database import Storage, TuneFarmDatabase
 from tests.cli_assert import one_line_error
 from tuner.bench import (
     BenchResult,
+    Paired,
     RuntimeResult,
     bench,
     runtime_notes,
@@ -89,7 +90,11 @@ def test_pt2_torch_compile_and_onnxruntime_beside_tuned(tiny_pt2: Path, db, llvm
             assert rt.ok and rt.agree, rt
             assert rt.sec > 0 and rt.warmup_sec is not None and rt.setup_sec is not None
             assert rt.max_abs_err < 1e-4 and rt.spread is not None
-            assert r.vs_runtime(rt.name) == pytest.approx(rt.sec / r.tuned_sec)
+            # the ratio reported is the median of rounds timing it back to back with tuned
+            p = r.paired[rt.name]
+            assert r.vs_runtime(rt.name) == p.ratio > 0 and p.spread >= 0
+            assert p.sec > 0 and p.tuned_sec > 0
+        assert r.vs_reference == r.paired["pytorch"].ratio > 0
     # the JSON of a result carries every runtime's figures
     data = json.loads(json.dumps(results[1].to_dict()))
     ort = data["runtimes"]["onnxruntime"]
@@ -99,6 +104,9 @@ def test_pt2_torch_compile_and_onnxruntime_beside_tuned(tiny_pt2: Path, db, llvm
     assert any(n.startswith("torch.compile: warm-up (compilation)") for n in notes), notes
     assert not any("MISMATCH" in n or "not run" in n for n in notes), notes
     assert data["spread"]["tuned"] >= 0 and data["runtimes"]["onnxruntime"]["spread"] >= 0
+    assert (
+        data["runtimes"]["onnxruntime"]["tuned_speedup"] == data["paired"]["onnxruntime"]["ratio"]
+    )
 
 
 def test_onnx_export_that_fails_is_one_line(cumprod_pt2: Path, db, llvm_target) -> None:
@@ -170,6 +178,7 @@ def _result(agree: bool) -> BenchResult:
         ),
         threads=2,
         spread={"tuned": 0.01, "untuned": 0.02, "reference": 0.03},
+        paired={"pytorch": Paired(2.5, 0.4, 3e-3, 1.2e-3)},
     )
 
 
@@ -181,13 +190,15 @@ def test_table_marks_a_mismatch_and_a_runtime_not_run() -> None:
     text = console.export_text()
     assert "pytorch eager" in text and "2 threads each" in text
     row = next(line for line in text.splitlines() if "s=8" in line)
-    assert "500.0 µs (0.50x) noisy MISMATCH" in row and "3.000 ms (3.00x) │" in row
+    # the reference's ratio is its paired one (2.50x, not 3.000 / 1.000), marked noisy by
+    # the rounds' spread although its time's repeats held still
+    assert "500.0 µs (0.50x) noisy MISMATCH" in row and "3.000 ms (2.50x) noisy │" in row
     assert "not run" in row
     notes = runtime_notes([_result(agree=False)])
     assert "torch.compile: output MISMATCH against the reference at s=8 (max err 5.0e-01)" in notes
     assert "onnxruntime: not run: not installed: pip install 'tunefarm[ort]'" in notes
-    assert notes[-1].startswith("noisy: 1 figure(s) spread by more than 25% over the repeats")
-    assert "torch.compile@s=8" in notes[-1]
+    assert notes[-1].startswith("noisy: 2 figure(s) spread by more than 25% over the repeats")
+    assert "torch.compile@s=8" in notes[-1] and "pytorch/tuned@s=8" in notes[-1]
     assert runtimes_table([_result(agree=True)], "m.pt2") is not None
     console = Console(width=200, record=True)
     console.print(runtimes_table([_result(agree=True)], "m.pt2"))

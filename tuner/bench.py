@@ -390,11 +390,13 @@ def _interleave(
             if len(names) > 1:
                 _wait_quiet()
             samples[name].append(timers[name]())
-    out = {}
-    for name, values in samples.items():
-        med = statistics.median(values)
-        out[name] = (med, (max(values) - min(values)) / med if med > 0 else 0.0)
-    return out
+    return {name: _median_spread(values) for name, values in samples.items()}
+
+
+def _median_spread(values: Sequence[float]) -> tuple[float, float]:
+    """The median of ``values`` and their spread, (max - min) / median."""
+    med = statistics.median(values)
+    return med, (max(values) - min(values)) / med if med > 0 else 0.0
 
 
 def _paired(
@@ -417,10 +419,8 @@ def _paired(
             rounds.append((secs[0], secs[1]) if r % 2 == 0 else (secs[1], secs[0]))
         ratios = [sec / t for sec, t in rounds if t > 0]
         if ratios:
-            med = statistics.median(ratios)
             out[name] = Paired(
-                med,
-                (max(ratios) - min(ratios)) / med if med > 0 else 0.0,
+                *_median_spread(ratios),
                 statistics.median(sec for sec, _ in rounds),
                 statistics.median(t for _, t in rounds),
             )
@@ -529,17 +529,23 @@ def _prepare(model: Model, names: Sequence[str], threads: int, tmp: str) -> list
     return others
 
 
+_RefRun = tuple[list[np.ndarray], float, float]  # the reference's outputs, time and spread
+
+
 def _run_others(
     reference: Callable[..., list[np.ndarray]] | None,
     others: list[_Other],
     runs: list[tuple[dict[str, int], list[np.ndarray]]],
     repeat: int,
     min_sec: float,
-) -> list[tuple[list[np.ndarray], float, float] | None]:
+) -> tuple[list[_RefRun | None], list[dict[str, Callable[[], float]]]]:
     """Run and time the reference and the other runtimes at each shape, interleaved, before
-    any TVM kernel: per shape the reference's outputs and time (None without a reference);
-    the others' outputs, warm-up and times are kept in them."""
-    refs: list[tuple[list[np.ndarray], float, float] | None] = []
+    any TVM kernel: per shape the reference's outputs and time (None without a reference),
+    and the timers of those that ran there (the reference's under ``""``), which time them
+    again beside TVM (:func:`_paired`); the others' outputs, warm-up and times are kept in
+    them."""
+    refs: list[_RefRun | None] = []
+    shape_timers: list[dict[str, Callable[[], float]]] = []
     for i, (shape, args) in enumerate(runs):
         timers: dict[str, Callable[[], float]] = {}
         ref_out = None
@@ -565,7 +571,8 @@ def _run_others(
             if other.name in medians:
                 other.sec[i] = medians[other.name]
         refs.append((ref_out, *medians[""]) if ref_out is not None else None)
-    return refs
+        shape_timers.append(timers)
+    return refs, shape_timers
 
 
 def _runtime_result(other: _Other, i: int, expected: list[np.ndarray]) -> RuntimeResult:
@@ -647,7 +654,7 @@ def bench(
     with tempfile.TemporaryDirectory(prefix="tunefarm-bench-") as tmp:
         others = _prepare(model, names, threads, tmp)
     reference = model.reference.fn if model.reference is not None else None
-    refs = _run_others(reference, others, runs, repeat, min_sec)
+    refs, shape_timers = _run_others(reference, others, runs, repeat, min_sec)
     untuned, _ = compile(model.mod, target, None)
     tuned_ex, report = compile(model.mod, target, db, traffic=traffic)
     untuned_vm, tuned_vm = _VM(untuned), _VM(tuned_ex)
@@ -657,17 +664,11 @@ def bench(
         ref_untuned, _, untuned_timer = untuned_vm.first(full, min_repeat_ms)
         outs, called, tuned_timer = tuned_vm.first(full, min_repeat_ms)
         medians = _interleave({"untuned": untuned_timer, "tuned": tuned_timer}, repeat)
-        # then each of the others back to back with tuned: the ratios users read
+        # then the reference and the others back to back with tuned: the ratios users read
         pairs = {
-            o.name: lambda fn=o.fn, a=args: time_per_call(fn, a, min_sec)
-            for o in others
-            if o.fn is not None and i in o.outs
+            (model.reference.name if name == "" and model.reference else name): timer
+            for name, timer in shape_timers[i].items()
         }
-        if reference is not None and ref is not None and model.reference is not None:
-            pairs = {
-                model.reference.name: lambda a=args: time_per_call(reference, a, min_sec),
-                **pairs,
-            }
         paired = _paired(tuned_timer, pairs, repeat)
         reference_sec = None
         reference_name, expected = "untuned", ref_untuned
@@ -696,8 +697,6 @@ def bench(
                 paired=paired,
             )
         )
-    for other in others:  # free their sessions and thread pools
-        other.fn = None
     return results
 
 

@@ -257,6 +257,25 @@ def test_plan_from_priors_respects_the_budget(tmp_path: Path, llvm_target) -> No
     assert planner.plan(24, new_only=True).task_trials() == plan.task_trials()
 
 
+def test_a_plan_spends_its_whole_budget_past_the_curves_floor(tmp_path: Path, llvm_target) -> None:
+    """Where the curves predict no more gain (tasks at their floor), the trials left go to the
+    tasks by the traffic they serve: a plan of N trials is N trials, as the user asked."""
+    model = load_model(MLP)
+    db = TuneFarmDatabase(Storage(f"sqlite:///{tmp_path / 'empty.db'}"))
+    low = [((v,), 120) for v in range(6, 11)]
+    high = [((v,), 40) for v in range(190, 211)]
+    bimodal = ShapeProfile(("b",), tuple(low + high))
+    planner = Planner(model.mod, llvm_target, db, bimodal, model.shape_vars)
+    cand = planner.candidates  # the old greedy split left 8 of 64 on (256,)
+    for buckets in ((8, cand[-1]), (cand[-1],), (8, *cand[-2:])):
+        found = planner.split(buckets, 64)
+        assert found is not None
+        chosen, statics, _ = found
+        spent = sum(sum(c.values()) for c in chosen.values()) + sum(statics.values())
+        assert spent == 64, (buckets, chosen)
+    assert planner.plan(64).trials == 64
+
+
 def test_stages_share_the_new_trials(tmp_path: Path) -> None:
     from tuner.cli.run import stage_budgets
 

@@ -412,10 +412,15 @@ class ActorSearch:
             [(b.artifact_path, c.args_info_json) for b, c in zip(built, cands, strict=True)]
         )
         results = [f.result() for f in futures]
+        resumed = self.recorder.resumed
         self.recorder.record(
             task, lambda i: (cands[i].trace_json, cands[i].args_info_json), built, results
         )
         progress = self.progress[task]
+        # a candidate the database had measured (an earlier job's, re-proposed) is no trial:
+        # it does not count against the task's share (a planned stage 2 ended at 29 of its
+        # 32 trials, three tasks one short each)
+        progress.refund(self.recorder.resumed - resumed, len(cands))
         progress.rounds += 1
         progress.measured(self.recorder.states[task].best_sec)
         self.stats.rounds += 1

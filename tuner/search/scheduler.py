@@ -5,6 +5,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+# rounds in a row that brought only candidates measured before, after which a task's search
+# counts as exhausted (its share's refunds would otherwise ask it for rounds for ever)
+MAX_STALE_ROUNDS = 3
+
 
 @dataclass
 class TaskProgress:
@@ -17,6 +21,7 @@ class TaskProgress:
     sent: int = 0
     best: list[float] = field(default_factory=list)  # best latency after each measured round
     exhausted: bool = False  # its search has nothing more to offer
+    stale: int = 0  # rounds in a row of candidates all measured before (no new record)
 
     @property
     def open(self) -> bool:
@@ -27,6 +32,18 @@ class TaskProgress:
         last = self.best[-1] if self.best else self.baseline_sec
         value = best_sec if best_sec is not None else last
         self.best.append(value if value is not None else math.inf)
+
+    def refund(self, hits: int, sent: int) -> None:
+        """``hits`` of a round's ``sent`` candidates were measured before (no new record, no
+        trial of the budget): they give their place in the task's share back. After
+        :data:`MAX_STALE_ROUNDS` rounds in a row of nothing new, the task is exhausted."""
+        if hits <= 0:
+            self.stale = 0
+            return
+        self.sent = max(0, self.sent - hits)
+        self.stale = self.stale + 1 if hits >= sent else 0
+        if self.stale >= MAX_STALE_ROUNDS:
+            self.exhausted = True
 
     def untuned_cost(self) -> float:
         """The task's weighted latency before any round (infinite when not measured)."""

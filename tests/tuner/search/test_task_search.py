@@ -103,6 +103,23 @@ def test_the_scheduler_gives_every_task_a_round_then_the_most_promising() -> Non
     assert next_task(pair, {0, 1}) == 0
 
 
+def test_candidates_measured_before_give_their_place_in_the_share_back() -> None:
+    from tuner.search.scheduler import MAX_STALE_ROUNDS
+
+    task = TaskProgress(weight=1, want=8)
+    task.sent = 8  # a round of 8 sent, 3 of them measured before: 3 more may be sent
+    task.refund(3, 8)
+    assert task.sent == 5 and task.open and task.stale == 0
+    task.refund(0, 5)
+    assert task.sent == 5 and task.open
+    for i in range(MAX_STALE_ROUNDS):  # rounds of nothing new: then it counts as exhausted
+        assert task.open
+        task.sent += 2
+        task.refund(2, 2)
+        assert task.sent == 5 and task.stale == i + 1
+    assert task.exhausted and not task.open
+
+
 def test_the_cost_model_travels_as_plain_data() -> None:
     rng = np.random.default_rng(0)
     x = rng.standard_normal((64, 8)).astype("float32")

@@ -72,6 +72,25 @@ def test_a_thread_search_job_searches_beside_its_builds_and_stops_its_thread(
     assert not _search_threads()
 
 
+@pytest.mark.slow
+@pytest.mark.ray
+def test_a_planned_share_is_filled_with_new_records_past_candidates_measured_before(
+    sqlite_url, llvm_target
+) -> None:
+    """A second job on the same database, with a planned share: candidates its search
+    proposes again (measured by the first job) are no trials, so the share is filled with
+    new records (a planned stage ended 3 of 32 trials short)."""
+    model = load_model(TINY)
+    measure = MeasureConfig(min_repeat_ms=5, repeat=1)
+    first = TuneConfig(trials=8, trials_per_iter=4, seed=3, search="thread", measure=measure)
+    (task,) = tune(model.mod, llvm_target, Storage(sqlite_url), first).tasks
+    second = replace(first, trials=24, task_trials=((task.name, 24),))
+    summary = tune(model.mod, llvm_target, Storage(sqlite_url), second)
+    db = TuneFarmDatabase(Storage(sqlite_url))
+    assert db.count_records(summary_mod(model, llvm_target), llvm_target) == 24
+    assert summary.trials_measured == 16
+
+
 def test_search_hosts_are_checked() -> None:
     with pytest.raises(TuneFarmError, match="unknown search host 'gpu'; valid: ray, thread"):
         SearchPlan(per_round=4, population=16, host="gpu")

@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import os
 import platform
+import resource
 import socket
 import statistics
 import sys
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +37,59 @@ def geomean(values: Iterable[float | None]) -> float | None:
     """Geometric mean of the values that are set and non-zero; None when there are none."""
     kept = [v for v in values if v]
     return math.exp(sum(math.log(v) for v in kept) / len(kept)) if kept else None
+
+
+# --------------------------------------------------------------------------- other load
+# other processes' CPU (cores, averaged over a step) above which the step is marked disturbed
+# (a few seconds of planner runs, niced, beside a 50 s bench of the transformer block made
+# its traffic mean read 309 us where three quiet re-runs read 52-55 us: with 2 TVM threads on
+# 2 cores any other runnable process stalls every parallel kernel's barrier)
+DISTURBED_CORES = 0.05
+
+
+@dataclass
+class ForeignLoad:
+    """The CPU time other processes used while a step ran, in cores on average: the machine's
+    busy time (``/proc/stat``) less this process's and its waited-for children's."""
+
+    wall_sec: float = 0.0
+    cores: float | None = None  # None: not measurable here (no /proc/stat)
+
+    @property
+    def disturbed(self) -> bool:
+        return self.cores is not None and self.cores > DISTURBED_CORES
+
+
+def _busy_sec() -> float | None:
+    """The machine's CPU time spent busy since boot (all cores), or None without /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_sec() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+@contextmanager
+def foreign_load() -> Iterator[ForeignLoad]:
+    """Measure the other processes' CPU time over the ``with`` block (its subprocesses must
+    have been waited for by its end, as ``subprocess.run`` does)."""
+    out = ForeignLoad()
+    busy0, own0, t0 = _busy_sec(), _own_sec(), time.perf_counter()
+    try:
+        yield out
+    finally:
+        busy1, out.wall_sec = _busy_sec(), time.perf_counter() - t0
+        if busy0 is not None and busy1 is not None and out.wall_sec > 0:
+            other = (busy1 - busy0) - (_own_sec() - own0)
+            out.cores = max(0.0, other) / out.wall_sec
 
 
 # --------------------------------------------------------------------------- results files

@@ -39,7 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import machine_header, results_path
+from benchmarks.common import DISTURBED_CORES, foreign_load, machine_header, results_path
 from benchmarks.models import _cli, _json_of
 from tuner.symbolic.planner import powers_of_two, tileable
 from tuner.symbolic.profile import profile_from_mapping
@@ -142,7 +142,9 @@ def _run_one(
 def _bench(model: str, profile: Path, env: dict[str, str], out: dict[str, Any]) -> dict[str, Any]:
     """``out`` with the traffic mean of ``bench --shape-profile`` on its tuned database."""
     bench = ["bench", model, "--db", out["db"], "--shape-profile", str(profile), "--json", "-"]
-    proc = _cli([*bench, "--runtimes", "none"], env, 1800)
+    with foreign_load() as other:
+        proc = _cli([*bench, "--runtimes", "none"], env, 1800)
+    out["other_cores"] = other.cores  # other processes' CPU while it ran
     try:
         stats = _json_of(proc.stdout)["traffic"]["stats"]
     except (ValueError, KeyError):
@@ -182,6 +184,12 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     )
     # repeats that spread by more than 25% are reported as noisy, not as ratios
     out["noisy"] = sorted(k for k, (lo, hi) in rng.items() if med[k] and (hi - lo) / med[k] > 0.25)
+    # benched while other processes took CPU (their figure measures that work too)
+    out["disturbed"] = [
+        f"{r['strategy']}@{r['seed']}"
+        for r in runs
+        if (r.get("other_cores") or 0.0) > DISTURBED_CORES
+    ]
     return out
 
 
@@ -266,7 +274,9 @@ def run(
                     if r.get("error"):
                         log(f"  {r['error']}")
                     else:
-                        log(f"  mean {r['mean_sec'] * 1e6:.1f} us, buckets {r['buckets']}")
+                        other = r.get("other_cores")
+                        busy = f", other processes {other:.2f} cores" if other else ""
+                        log(f"  mean {r['mean_sec'] * 1e6:.1f} us, buckets {r['buckets']}{busy}")
                     runs.append(r)
                     case["summary"] = summarize(runs)
                     if save is not None:
@@ -284,8 +294,8 @@ def table_lines(data: dict[str, Any]) -> list[str]:
         "traffic-weighted mean latency of the tuned build (us, median over seeds)",
         "",
         "| model | profile | planned | pow2 | hand-a | hand-b | planned / pow2 "
-        "| planned / best hand | predicted / measured (first plan) | noisy |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| planned / best hand | predicted / measured (first plan) | noisy | disturbed |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for case in data["cases"]:
         s = case["summary"]
@@ -297,7 +307,8 @@ def table_lines(data: dict[str, Any]) -> list[str]:
             + " | ".join(cells)
             + f" | {ratio(s['planned_vs_pow2'])} | {ratio(s['planned_vs_best_hand'])} "
             f"| {ratio(s['predicted_vs_measured'])} "
-            f"({ratio(s.get('first_predicted_vs_measured'))}) | {', '.join(s['noisy']) or '-'} |"
+            f"({ratio(s.get('first_predicted_vs_measured'))}) | {', '.join(s['noisy']) or '-'} "
+            f"| {', '.join(s.get('disturbed', [])) or '-'} |"
         )
     return lines
 

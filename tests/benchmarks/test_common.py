@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -45,3 +47,27 @@ def test_old_results_files_still_read() -> None:
     symbolic = json.loads((RESULTS / "2026-11-23-vm-symbolic-mlp.json").read_text())["machine"]
     assert hostname_of(symbolic) is None and cpu_of(symbolic).startswith("AMD EPYC")
     assert hostname_of(None) is None and cpu_of(None) is None
+
+
+BUSY = "import time\nt = time.perf_counter()\nwhile time.perf_counter() - t < {sec}: pass\n"
+
+
+def test_foreign_load_counts_other_processes_not_the_steps_own() -> None:
+    """A step's own subprocesses are its work; a process it does not wait for is another's."""
+    import subprocess
+
+    from benchmarks.common import foreign_load
+
+    with foreign_load() as own:
+        subprocess.run([sys.executable, "-c", BUSY.format(sec=0.6)], check=True)
+    assert own.cores is not None and own.wall_sec >= 0.6
+    assert own.cores < 0.5  # counted, the child's 0.6 s of a core would read about 1.0
+    other = subprocess.Popen([sys.executable, "-c", BUSY.format(sec=3.0)])
+    try:
+        time.sleep(0.3)  # started and spinning
+        with foreign_load() as busy:
+            time.sleep(0.8)
+        assert busy.cores is not None and busy.cores > 0.5 and busy.disturbed
+    finally:
+        other.kill()
+        other.wait()

@@ -74,7 +74,13 @@ def test_summary_ratios_take_the_better_hand_choice_and_flag_noise() -> None:
     data = {"trials": 8, "seeds": [0, 1, 2], "cases": []}
     data["cases"].append({"model": "mlp", "profile": "narrow", "runs": runs, "summary": s})
     (row,) = [line for line in table_lines(data) if line.startswith("| mlp")]
-    assert "| 0.80x | 0.89x | 0.90x (0.90x) | - |" in row and "8000000.0 (8)" in row
+    assert "| 0.80x | 0.89x | 0.90x (0.90x) | - | - |" in row and "8000000.0 (8)" in row
+    # a run benched while other processes took CPU is named, its figure kept
+    runs[1]["other_cores"], runs[4]["other_cores"] = 0.4, 0.01
+    assert summarize(runs)["disturbed"] == ["planned@1"]
+    data["cases"][0]["summary"] = summarize(runs)
+    (row,) = [line for line in table_lines(data) if line.startswith("| mlp")]
+    assert row.endswith("| - | planned@1 |")
 
 
 @pytest.mark.slow
@@ -92,6 +98,7 @@ def test_a_planned_run_plans_tunes_and_benches_over_the_profile(tmp_path: Path) 
     assert len(r["stage_buckets"]) == 2  # re-planned once (--stages 2)
     assert set(r["buckets"]) == {b for bs in r["stage_buckets"] for b in bs}
     assert 0 < r["mean_sec"] < r["untuned_mean_sec"] * 2
+    assert r["other_cores"] is not None  # the bench's foreign load, measured
     assert (tmp_path / "planned-0.db").exists()
     # a bucket set tuned under one profile is benched over another without tuning again
     wide = tmp_path / "wide.json"

@@ -17,7 +17,9 @@ process and its own fresh database.
 - **Figures** per (model, profile): the measured traffic-weighted mean of each strategy (median
   over seeds, with the range), planned / pow2, planned / best hand, and the plan's predicted
   mean over the measured one (the prediction is kernel time only; the VM's own overhead is
-  not modelled).
+  not modelled), and the runs benched while other processes took more than
+  :data:`~benchmarks.common.DISTURBED_CORES` of CPU (``disturbed``; each run's
+  ``other_cores``, :func:`~benchmarks.common.foreign_load`).
 
 Usage::
 

@@ -417,7 +417,7 @@ class ActorSearch:
             task, lambda i: (cands[i].trace_json, cands[i].args_info_json), built, results
         )
         progress = self.progress[task]
-        # a candidate the database had measured (an earlier job's, re-proposed) is no trial:
+        # a candidate the database had measured (in an earlier job or round) is no trial:
         # it does not count against the task's share (a planned stage 2 ended at 29 of its
         # 32 trials, three tasks one short each)
         progress.refund(self.recorder.resumed - resumed, len(cands))

@@ -57,7 +57,12 @@ class ForeignLoad:
 
     @property
     def disturbed(self) -> bool:
-        return self.cores is not None and self.cores > DISTURBED_CORES
+        return disturbed(self.cores)
+
+
+def disturbed(cores: float | None) -> bool:
+    """Whether a step beside ``cores`` of other processes' CPU measured that work too."""
+    return cores is not None and cores > DISTURBED_CORES
 
 
 def _busy_sec() -> float | None:

@@ -41,7 +41,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import DISTURBED_CORES, foreign_load, machine_header, results_path
+from benchmarks.common import disturbed, foreign_load, machine_header, results_path
 from benchmarks.models import _cli, _json_of
 from tuner.symbolic.planner import powers_of_two, tileable
 from tuner.symbolic.profile import profile_from_mapping
@@ -188,9 +188,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out["noisy"] = sorted(k for k, (lo, hi) in rng.items() if med[k] and (hi - lo) / med[k] > 0.25)
     # benched while other processes took CPU (their figure measures that work too)
     out["disturbed"] = [
-        f"{r['strategy']}@{r['seed']}"
-        for r in runs
-        if (r.get("other_cores") or 0.0) > DISTURBED_CORES
+        f"{r['strategy']}@{r['seed']}" for r in runs if disturbed(r.get("other_cores"))
     ]
     return out
 

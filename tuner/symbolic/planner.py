@@ -908,15 +908,15 @@ class Planner:
             t = count(key)
             return w * (tm.time(t) - tm.time(t + 1))
 
-        def order(key: tuple[str, int | None]) -> tuple[float, float, tuple[str, int]]:
+        def entry(key: tuple[str, int | None]) -> tuple[float, float, tuple[str, int | None]]:
             # by predicted gain; where the curves predict none left (every task at its
             # floor), by the traffic served per trial it has: the budget is spent whole, as
             # the user asked (one bucket at 256 for the MLP's bimodal traffic left 8 of 64
-            # trials unspent, where the strategies it is compared with spend 64)
-            ident = (key[0], -1 if key[1] is None else key[1])
-            return (-gain(key), -weights[key][0] / (count(key) + 1), ident)
+            # trials unspent, where the strategies it is compared with spend 64); ties by
+            # key (task names are unique: a static's None never meets a bucket)
+            return (-gain(key), -weights[key][0] / (count(key) + 1), key)
 
-        heap = [(*order(k), k) for k in weights if weights[k][0] > 0]
+        heap = [entry(k) for k in weights if weights[k][0] > 0]
         heapq.heapify(heap)
         while left > 0 and heap:
             key = heapq.heappop(heap)[-1]
@@ -925,7 +925,7 @@ class Planner:
             else:
                 c[key[0]][key[1]] += 1
             left -= 1
-            heapq.heappush(heap, (*order(key), key))
+            heapq.heappush(heap, entry(key))
         return c, s
 
     # ------------------------------------------------------------------ buckets

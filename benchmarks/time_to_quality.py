@@ -130,6 +130,7 @@ HISTORIES: dict[str, list[tuple[str, dict[str, list[int]]]]] = {
 # tunefarm: the default job (--search auto); tunefarm(-warm)-ray/-thread/-driver: its search
 # forced into Ray search actors, a driver thread or MetaSchedule's loop; tunefarm-popN: with a
 # population of N; tunefarm(-warm)-noconfirm: a new best timed once (TuneConfig.confirm off);
+# tunefarm(-warm)-noscreen: every candidate timed in full (MeasureConfig.screen off);
 # tunefarm-warm(-transfer): the default job (with --transfer) into a copy of the workload's
 # history; stock: MetaSchedule's tune_tasks with its XGBModel
 VARIANTS = (
@@ -154,6 +155,8 @@ VARIANTS = (
     "tunefarm-warm-pop64",
     "tunefarm-noconfirm",
     "tunefarm-warm-noconfirm",
+    "tunefarm-noscreen",
+    "tunefarm-warm-noscreen",
     "stock",
     "stock-long",
 )
@@ -179,6 +182,7 @@ WARM_VARIANTS = (
     "tunefarm-warm-pop128",
     "tunefarm-warm-pop64",
     "tunefarm-warm-noconfirm",
+    "tunefarm-warm-noscreen",
 )
 LEVELS = (0.9, 0.95)
 BUDGETS = ("trials", "wall")
@@ -244,10 +248,12 @@ def _bucket_tasks(model_path: Path, target: Any, buckets: dict[str, list[int]]) 
     return bucket_tasks(load_model(model_path).mod, target, buckets)
 
 
-def _measure() -> Any:
+def _measure(screen: bool = True) -> Any:
+    """The measurement settings of every variant (stock's runner takes the same repeats and
+    minimum); ``screen``: TuneFarm's screen of slow candidates at its default, else off."""
     from workers.config import MeasureConfig
 
-    return MeasureConfig(min_repeat_ms=20, repeat=3)
+    return MeasureConfig(min_repeat_ms=20, repeat=3, **({} if screen else {"screen": 0.0}))
 
 
 def run_tunefarm(
@@ -269,6 +275,7 @@ def run_tunefarm(
     time_budget_sec: float | None = None,
     per_iter: int | None = None,
     confirm: bool = True,
+    screen: bool = True,
 ) -> tuple[RunResult, list[Any]]:
     """TuneFarm's job on the embedded default into a fresh SQLite file, or into a copy of
     ``history``; only the job's own records count in the curve. Also each bucket task's final
@@ -289,7 +296,7 @@ def run_tunefarm(
         trials=trials,
         seed=seed,
         population=population,
-        measure=_measure(),
+        measure=_measure(screen),
         search=search,
         transfer=transfer,
         generations=generations,
@@ -1005,6 +1012,7 @@ def main(argv: list[str] | None = None) -> int:
                             time_budget_sec=stock_wall if timed else None,
                             per_iter=per_iter if timed else None,
                             confirm=not variant.endswith("-noconfirm"),
+                            screen=not variant.endswith("-noscreen"),
                         )
                     console.print(
                         f"  wall {run.wall_sec:.1f} s, final {run.final_sec * 1e6:.1f} us"

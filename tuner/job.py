@@ -869,6 +869,9 @@ def _run_actor_search(
         "siblings": stats.siblings,
         "actor_busy_sec": stats.actor_busy_sec,
         "wait_sec": stats.wait_sec,
+        # candidates timed by their single runs alone, slower than their screen
+        "screened": search.runner.screened,
+        "screen": search.runner.config.screen,
         "events": list(stats.events),
     }
 

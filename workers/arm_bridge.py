@@ -80,7 +80,11 @@ class ArmBridge:
         return f"rpc {self.key} | aarch64 (via tracker {self.host}:{self.port})"
 
     # ----------------------------------------------------------------- work
-    def measure(self, artifact: bytes, args_info: list[Any]) -> RunResult:
+    def measure(
+        self, artifact: bytes, args_info: list[Any], screen_sec: float | None = None
+    ) -> RunResult:
+        """``screen_sec`` is not used: an emulated device's first runs are slower than the
+        kernel (it translates the code), so every repeat is kept (``one_long_run=False``)."""
         from workers.measure import alloc_arg, timed_secs
 
         sess = self._session()
@@ -99,7 +103,7 @@ class ArmBridge:
                 f_preproc="cache_flush_cpu_non_first_arg" if self.config.cache_flush else "",
             )
             # every repeat: an emulated board's first runs are slower than the kernel
-            secs = timed_secs(evaluator_of, args, self.config, one_long_run=False)
+            secs, _ = timed_secs(evaluator_of, args, self.config, one_long_run=False)
             del evaluator_of, args, rt_mod, dev  # release remote objects before the next request
             if self.config.cooldown_ms:
                 time.sleep(self.config.cooldown_ms / 1000)

@@ -15,6 +15,12 @@ class MeasureConfig:
     candidates, ``cache_flush`` flushes the CPU cache before each run. ``threads``: the thread
     count host kernels (CPU, ARM) are timed with; None: ``TVM_NUM_THREADS`` if the runner's
     environment sets it, else the node's CPUs (a job sets the target's ``num-cores``).
+
+    ``screen``: a candidate whose single runs (the first ones :func:`workers.measure.timed_secs`
+    makes) are all at least ``screen`` x its task's best so far is recorded from them; the
+    repeats sized to ``min_repeat_ms`` are skipped (0: every candidate timed in full). A new
+    best is never screened. ``screen_sec``: that threshold for one candidate, set by its runner
+    per call (None: timed in full); a job's stored config has None.
     """
 
     # one run a repeat unless the kernel is shorter than min_repeat_ms, which then raises
@@ -29,10 +35,19 @@ class MeasureConfig:
     build_timeout_s: float = 120.0
     run_timeout_s: float = 60.0
     threads: int | None = None
+    # Measured on the 2-vCPU AMD EPYC (10 MLP jobs of 48 trials): 62% of the candidates after
+    # a task's first ran at 2x its best so far or slower; each cost repeat x min_repeat_ms of
+    # sized repeats to time precisely what its single runs had already shown slow.
+    screen: float = 2.0
+    screen_sec: float | None = None
 
     def __post_init__(self) -> None:
         if self.threads is not None and self.threads < 1:
             raise ValueError("MeasureConfig.threads must be >= 1")
+        if self.screen != 0 and not self.screen >= 1:
+            raise ValueError("MeasureConfig.screen must be 0 (off) or >= 1")
+        if self.screen_sec is not None and not self.screen_sec > 0:
+            raise ValueError("MeasureConfig.screen_sec must be > 0")
         for name in ("number", "repeat"):
             if getattr(self, name) < 1:
                 raise ValueError(f"MeasureConfig.{name} must be >= 1")

@@ -48,7 +48,7 @@ def timed_secs(
     args: list[Any],
     config: MeasureConfig,
     one_long_run: bool = True,
-) -> tuple[float, ...]:
+) -> tuple[tuple[float, ...], bool]:
     """Run times of ``config.repeat`` repeats, each sized to last ``config.min_repeat_ms``.
 
     ``evaluator_of(number, repeat, min_repeat_ms)`` makes a TVM ``time_evaluator``. Left to
@@ -67,6 +67,10 @@ def timed_secs(
     (TVM's warm-up and 3 repeats), 2.8 s of a job's start, for a figure that only has to say
     it is slow. Its record has one time instead of ``repeat``. ``one_long_run=False`` keeps
     every repeat (a device whose first runs are slower than the kernel: an emulated one).
+
+    A kernel whose single runs are all at least ``config.screen_sec`` (its task's best so far
+    times ``config.screen``) is timed by them too: it is no new best, and the cost model
+    learns as much from them. Returns the times and whether they were screened so.
     """
     number, repeat, min_ms = config.number, config.repeat, config.min_repeat_ms
 
@@ -74,19 +78,21 @@ def timed_secs(
         return tuple(float(s) for s in evaluator_of(number, repeat, min_ms)(*args).results)
 
     if min_ms <= 0:
-        return run(number, repeat, 0)
+        return run(number, repeat, 0), False
     single = run(1, 1, 0)
     if one_long_run and number == 1 and single[0] >= repeat * min_ms / 1000:
-        return single
+        return single, False
     if repeat > 1:
         single += run(1, repeat - 1, 0)
     fastest = min(single)
     if not math.isfinite(fastest) or fastest <= 0:  # below the timer's resolution: TVM's way
-        return run(number, repeat, min_ms)
+        return run(number, repeat, min_ms), False
     if fastest >= min_ms / 1000 and number == 1:
-        return single
+        return single, False
+    if one_long_run and config.screen_sec is not None and fastest >= config.screen_sec:
+        return single, True
     number = max(number, math.ceil(min_ms / 1000 / fastest))
-    return run(number, repeat, max(1, int(FLOOR * min_ms)))
+    return run(number, repeat, max(1, int(FLOOR * min_ms))), False
 
 
 @contextlib.contextmanager
@@ -119,12 +125,12 @@ def measure_artifact(
                 f_preproc="cache_flush_cpu_non_first_arg" if config.cache_flush else "",
             )
             dev.sync()
-            secs = timed_secs(evaluator_of, args, config)
+            secs, screened = timed_secs(evaluator_of, args, config)
             if config.cooldown_ms:
                 time.sleep(config.cooldown_ms / 1000)
     except Exception as err:
         return _error(ErrorKind.RUN_ERROR, error_summary(err, limit=500), device, worker)
-    return _checked(secs, device, worker)
+    return _checked(secs, device, worker, screened)
 
 
 def measure_vm(
@@ -149,7 +155,7 @@ def measure_vm(
             vm["main"](*args)  # warm up (first-call allocation)
             evaluator_of = functools.partial(vm.time_evaluator, "main", dev)
             dev.sync()
-            secs = timed_secs(evaluator_of, args, config)
+            secs, _ = timed_secs(evaluator_of, args, config)
     except Exception as err:
         return _error(ErrorKind.RUN_ERROR, error_summary(err, limit=500), device, worker)
     return _checked(secs, device, worker)
@@ -159,8 +165,10 @@ def _error(kind: ErrorKind, detail: str, device: str, worker: str) -> RunResult:
     return RunResult(error_kind=kind, error_msg=kind.message(detail), device=device, worker=worker)
 
 
-def _checked(secs: tuple[float, ...], device: str, worker: str) -> RunResult:
+def _checked(
+    secs: tuple[float, ...], device: str, worker: str, screened: bool = False
+) -> RunResult:
     """Run times as a result; missing, non-finite or non-positive ones are invalid."""
     if not secs or any(not math.isfinite(s) or s <= 0 for s in secs):
         return _error(ErrorKind.INVALID_RESULT, f"bad run times {secs}", device, worker)
-    return RunResult(run_secs=secs, device=device, worker=worker)
+    return RunResult(run_secs=secs, device=device, worker=worker, screened=screened)

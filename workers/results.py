@@ -86,6 +86,8 @@ class RunResult:
     # seconds the device's actor spent on it (load, warm-up, timed runs, checks): the
     # device's busy time, whatever ``run_secs`` reports of the kernel alone
     device_sec: float | None = None
+    # timed by its single runs only: slower than its screen (MeasureConfig.screen)
+    screened: bool = False
 
     @property
     def ok(self) -> bool:

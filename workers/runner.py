@@ -44,6 +44,7 @@ class RayRunnerFuture(PyRunnerFuture):
             entry.run = self.future.result()
             self.runner.wait_sec += time.perf_counter() - start
             self.runner.device_sec += entry.run.device_sec or 0.0
+            self.runner.screened += entry.run.screened
         run = entry.run
         assert run is not None
         if run.ok:
@@ -83,6 +84,7 @@ class RayRunner(PyRunner):
         self._pool: RunnerPool | None = None
         self.wait_sec = 0.0  # driver time blocked on measurements, for the overhead split
         self.device_sec = 0.0  # the devices' busy time on the candidates measured
+        self.screened = 0  # candidates timed by their single runs alone (MeasureConfig.screen)
 
     def has_devices(self) -> bool:
         """Whether the cluster has a device of this kind that can measure (asks once)."""
@@ -117,8 +119,15 @@ class RayRunner(PyRunner):
             [(inp.artifact_path, [arg.as_json() for arg in inp.args_info]) for inp in runner_inputs]
         )
 
-    def run_json(self, inputs: list[tuple[str, Any]]) -> list[RunnerFuture]:
-        """Measure built candidates given as (builder key, arguments as a record stores them)."""
+    def run_json(
+        self, inputs: list[tuple[str, Any]], best_sec: float | None = None
+    ) -> list[RunnerFuture]:
+        """Measure built candidates given as (builder key, arguments as a record stores them).
+        ``best_sec``: their task's best so far; a candidate whose single runs are all at least
+        :attr:`MeasureConfig.screen` x it is timed by them alone (see
+        :func:`workers.measure.timed_secs`)."""
+        screen = self.config.screen
+        screen_sec = screen * best_sec if screen and best_sec is not None and best_sec > 0 else None
         futures: list[RunnerFuture] = []
         for key, args_info in inputs:
             entry = self.ledger.get(key)
@@ -130,7 +139,7 @@ class RayRunner(PyRunner):
                     )
                 futures.append(RayRunnerFuture(self, key, None))
                 continue
-            fut = self.pool.submit(entry.artifact, args_info, key, entry.rebuild)
+            fut = self.pool.submit(entry.artifact, args_info, key, entry.rebuild, screen_sec)
             futures.append(RayRunnerFuture(self, key, fut))
         if self.exclusive:
             for f in futures:

@@ -93,6 +93,7 @@ class _Work:
     artifact: Any
     args_info: list[Any]
     rebuild: Callable[[], Any] | None = None
+    screen_sec: float | None = None  # its screen (MeasureConfig.screen_sec)
     avoid: set[str] = field(default_factory=set)  # slots it failed on
     suspects: list[str] = field(default_factory=list)  # slots to blame if it succeeds later
     last: tuple[ErrorKind, str] | None = None  # its latest failure
@@ -185,13 +186,15 @@ class RunnerPool:
         args_info: list[Any],
         key: str | None = None,
         rebuild: Callable[[], Any] | None = None,
+        screen_sec: float | None = None,
     ) -> PoolFuture:
-        """Queue one candidate (``artifact``: an ObjectRef or bytes of the built ``.so``)."""
+        """Queue one candidate (``artifact``: an ObjectRef or bytes of the built ``.so``;
+        ``screen_sec``: its screen, :attr:`MeasureConfig.screen_sec`)."""
         fut = PoolFuture(key or f"candidate-{next(self._ids)}")
         with self._cv:
             if self._stop:
                 raise RuntimeError("the runner pool is shut down")
-            self._queue.append(_Work(fut, artifact, args_info, rebuild))
+            self._queue.append(_Work(fut, artifact, args_info, rebuild, screen_sec))
             self._cv.notify()
         return fut
 
@@ -349,7 +352,11 @@ class RunnerPool:
 
     def _call(self, slot: Slot, batch: list[_Work]) -> Any:
         slot.calls += 1
-        return self.transport.measure(slot.actor, [(w.artifact, w.args_info) for w in batch])
+        pairs = [(w.artifact, w.args_info) for w in batch]
+        screens = [w.screen_sec for w in batch]
+        if all(s is None for s in screens):
+            return self.transport.measure(slot.actor, pairs)
+        return self.transport.measure(slot.actor, pairs, screens)
 
     def _start_attempt(self, slot: Slot, batch: list[_Work]) -> None:
         for work in batch:

@@ -59,18 +59,32 @@ class DeviceRunner:
     def __repr__(self) -> str:  # shown by Ray's state API and `tunefarm workers`
         return f"runner {self.slot}"
 
-    def measure(self, artifact: bytes, args_info: list[Any]) -> RunResult:
+    def measure(
+        self, artifact: bytes, args_info: list[Any], screen_sec: float | None = None
+    ) -> RunResult:
+        """One candidate; ``screen_sec``: its screen (:attr:`MeasureConfig.screen_sec`)."""
         self.calls += 1
         start = time.perf_counter()
-        result = self.measure_fn(artifact, args_info, self.device_kind, self.config)
+        config = self.config
+        if screen_sec is not None:
+            config = dataclasses.replace(config, screen_sec=screen_sec)
+        result = self.measure_fn(artifact, args_info, self.device_kind, config)
         if isinstance(result, RunResult):  # a fault-injecting measure_fn may answer garbage
             result = dataclasses.replace(result, device_sec=time.perf_counter() - start)
         return result
 
-    def measure_batch(self, args_infos: list[list[Any]], *artifacts: bytes) -> list[RunResult]:
+    def measure_batch(
+        self,
+        args_infos: list[list[Any]],
+        *artifacts: bytes,
+        screens: list[float | None] | None = None,
+    ) -> list[RunResult]:
         """Several candidates in one call, measured one after the other (artifacts are
         top-level arguments so Ray resolves their object refs)."""
-        return [self.measure(a, i) for a, i in zip(artifacts, args_infos, strict=True)]
+        screens = screens or [None] * len(artifacts)
+        return [
+            self.measure(a, i, s) for a, i, s in zip(artifacts, args_infos, screens, strict=True)
+        ]
 
     def ping(self) -> str:
         return f"{os.uname().nodename}:{os.getpid()}"

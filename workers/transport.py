@@ -49,9 +49,15 @@ class Transport(Protocol):
         """A ref answered once the actor is up."""
         ...
 
-    def measure(self, actor: Any, batch: Sequence[tuple[Any, list[Any]]]) -> Any:
+    def measure(
+        self,
+        actor: Any,
+        batch: Sequence[tuple[Any, list[Any]]],
+        screens: Sequence[float | None] | None = None,
+    ) -> Any:
         """A ref of the actor's answer for ``(artifact, args_info)`` pairs: one ``RunResult``
-        for one pair, a list of them for several (or garbage, if the actor is broken)."""
+        for one pair, a list of them for several (or garbage, if the actor is broken).
+        ``screens``: each candidate's screen (:attr:`MeasureConfig.screen_sec`; None: none)."""
         ...
 
     def wait(self, refs: Sequence[Any], timeout: float) -> list[Any]:
@@ -90,11 +96,24 @@ class RayTransport:
     def ping(self, actor: Any) -> Any:
         return actor.ping.remote()
 
-    def measure(self, actor: Any, batch: Sequence[tuple[Any, list[Any]]]) -> Any:
+    def measure(
+        self,
+        actor: Any,
+        batch: Sequence[tuple[Any, list[Any]]],
+        screens: Sequence[float | None] | None = None,
+    ) -> Any:
+        # a screen only where one is set: a device actor of another class (the ARM bridge's)
+        # is called as before
         if len(batch) == 1:
             artifact, args_info = batch[0]
-            return actor.measure.remote(artifact, args_info)
-        return actor.measure_batch.remote([a for _, a in batch], *(art for art, _ in batch))
+            screen = screens[0] if screens else None
+            if screen is None:
+                return actor.measure.remote(artifact, args_info)
+            return actor.measure.remote(artifact, args_info, screen)
+        infos, artifacts = [a for _, a in batch], [art for art, _ in batch]
+        if not screens or all(s is None for s in screens):
+            return actor.measure_batch.remote(infos, *artifacts)
+        return actor.measure_batch.remote(infos, *artifacts, screens=list(screens))
 
     def wait(self, refs: Sequence[Any], timeout: float) -> list[Any]:
         ready, _ = ray.wait(list(refs), num_returns=1, timeout=timeout)

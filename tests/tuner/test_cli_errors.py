@@ -147,7 +147,7 @@ def test_bench_json_dash_is_stdout(empty_db: str, tmp_path: Path, monkeypatch: A
     assert not (tmp_path / "-").exists()
 
 
-def test_min_repeat_ms_and_siblings_are_named(sqlite_url: str) -> None:
+def test_min_repeat_ms_siblings_and_screen_are_named(sqlite_url: str) -> None:
     for command in ("tune", "submit"):
         result = runner.invoke(
             app, [command, str(TINY), "--min-repeat-ms", "-1", "--db", sqlite_url]
@@ -155,20 +155,24 @@ def test_min_repeat_ms_and_siblings_are_named(sqlite_url: str) -> None:
         one_line_error(result, "--min-repeat-ms must be 0 or more")
         result = runner.invoke(app, [command, str(TINY), "--siblings", "-1", "--db", sqlite_url])
         one_line_error(result, "--siblings must be 0 or more (got -1)")
+        result = runner.invoke(app, [command, str(TINY), "--screen", "0.5", "--db", sqlite_url])
+        one_line_error(result, "--screen must be 0 (off) or at least 1 (got 0.5)")
 
 
-def test_the_siblings_and_exchange_defaults_are_the_jobs() -> None:
+def test_the_siblings_exchange_and_screen_defaults_are_the_jobs() -> None:
     import inspect
 
     from tuner.cli.cluster import submit
     from tuner.cli.run import tune
     from tuner.job import TuneConfig
     from tuner.search.task import SIBLINGS
+    from workers.config import MeasureConfig
 
     for command in (tune, submit):
         params = inspect.signature(command).parameters
         assert params["siblings"].default == SIBLINGS
         assert params["exchange"].default is TuneConfig(trials=1).exchange
+        assert params["screen"].default == MeasureConfig().screen
 
 
 def test_time_budget_is_a_duration(empty_db: str) -> None:

@@ -47,6 +47,7 @@ class InProcessTransport:
         self.started: list[str] = []
         self.killed: list[str] = []
         self.markers: list[tuple[str, str]] = []
+        self.screens: dict[Any, float | None] = {}  # artifact -> the screen it was sent with
         self.lock = threading.Lock()
 
     def start(self, spec: SlotSpec, config: MeasureConfig) -> Any:
@@ -57,7 +58,15 @@ class InProcessTransport:
     def ping(self, actor: _Actor) -> _Ref:
         return self._ref(actor, _Ref("up"))
 
-    def measure(self, actor: _Actor, batch: Sequence[tuple[Any, list[Any]]]) -> _Ref:
+    def measure(
+        self,
+        actor: _Actor,
+        batch: Sequence[tuple[Any, list[Any]]],
+        screens: Sequence[float | None] | None = None,
+    ) -> _Ref:
+        with self.lock:
+            for (artifact, _), screen in zip(batch, screens or [None] * len(batch), strict=True):
+                self.screens[artifact] = screen
         answers = [self.behaviour(actor.slot, artifact) for artifact, _ in batch]
         for bad in ("hang", "die", "lost", "garbage"):
             if bad in answers:
@@ -135,6 +144,17 @@ def test_every_candidate_is_answered_once_with_its_own_result(in_flight, max_bat
     assert all(f.attempts == 1 for f in futures)
     if max_batch > 1:
         assert sum(row["calls"] for row in pool.stats()) < 40  # batched
+
+
+@pytest.mark.parametrize("max_batch", [1, 8])
+def test_each_candidate_reaches_its_runner_with_its_own_screen(max_batch: int) -> None:
+    transport = InProcessTransport(lambda _slot, _artifact: ok())
+    pool, _ = _pool(transport, ["a"], in_flight=2, max_batch=max_batch)
+    screens = [None if i % 3 == 0 else i * 1e-6 for i in range(12)]
+    with pool:
+        futures = [pool.submit(str(i), [], screen_sec=s) for i, s in enumerate(screens)]
+        assert all(f.result(timeout=10).ok for f in futures)
+    assert transport.screens == {str(i): s for i, s in enumerate(screens)}
 
 
 def test_a_slot_that_keeps_dying_is_blamed_and_quarantined_the_work_done_elsewhere() -> None:

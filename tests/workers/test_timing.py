@@ -32,6 +32,11 @@ def _counting_kernel(n: int) -> tvm.runtime.Module:
 
 
 def _timed(n: int, config: MeasureConfig) -> tuple[tuple[float, ...], int]:
+    secs, calls, _ = _timed_screened(n, config)
+    return secs, calls
+
+
+def _timed_screened(n: int, config: MeasureConfig) -> tuple[tuple[float, ...], int, bool]:
     lib = _counting_kernel(n)
     dev = tvm.cpu()
     args = [
@@ -39,8 +44,8 @@ def _timed(n: int, config: MeasureConfig) -> tuple[tuple[float, ...], int]:
         tvm.runtime.tensor(np.ones(n, "float32"), dev),
         tvm.runtime.tensor(np.zeros(1, "float32"), dev),
     ]
-    secs = timed_secs(functools.partial(lib.time_evaluator, "main", dev), args, config)
-    return tuple(float(s) for s in secs), int(args[0].numpy()[0])
+    secs, screened = timed_secs(functools.partial(lib.time_evaluator, "main", dev), args, config)
+    return tuple(float(s) for s in secs), int(args[0].numpy()[0]), screened
 
 
 def test_short_kernel_repeats_are_sized_once_to_the_minimum() -> None:
@@ -86,3 +91,26 @@ def test_a_larger_configured_number_is_a_floor(number: int) -> None:
     assert len(secs) == 2
     # a warm-up and a run, a warm-up and a run, a warm-up and 2 repeats
     assert calls - 5 >= 2 * max(number, 2)
+
+
+def test_a_kernel_slower_than_its_screen_is_timed_by_its_single_runs() -> None:
+    # the single runs (about 1 us each) are far above a 1 ns screen: no sized repeats
+    config = MeasureConfig(number=1, repeat=3, min_repeat_ms=20, screen_sec=1e-9)
+    secs, calls, screened = _timed_screened(1024, config)
+    assert screened and len(secs) == 3 and all(s > 1e-9 for s in secs)
+    assert calls == 1 + 1 + 1 + 2  # a warm-up and a run, a warm-up and 2 more: nothing else
+
+
+def test_a_kernel_under_its_screen_is_timed_in_full() -> None:
+    # a screen of 1 s: a candidate this fast could be a new best, so its repeats are sized
+    config = MeasureConfig(number=1, repeat=3, min_repeat_ms=20, screen_sec=1.0)
+    secs, calls, screened = _timed_screened(1024, config)
+    assert not screened and len(secs) == 3
+    assert calls - 6 >= 3 * 100  # as test_short_kernel_repeats_are_sized_once_to_the_minimum
+
+
+@pytest.mark.parametrize("screen", [0.5, -1.0])
+def test_a_screen_below_one_is_refused(screen: float) -> None:
+    # below 1x the best, a screen would skip the sized repeats of a candidate that may beat it
+    with pytest.raises(ValueError, match="screen"):
+        MeasureConfig(screen=screen)

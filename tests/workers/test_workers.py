@@ -155,3 +155,44 @@ def test_an_exclusive_runner_returns_once_everything_is_measured(llvm_target) ->
         assert all(f.result().error_msg is None for f in futures)
         assert runner.wait_sec > 0
         runner.shutdown()
+
+
+@pytest.mark.ray
+def test_a_candidate_far_slower_than_its_tasks_best_is_timed_by_its_single_runs(
+    llvm_target,
+) -> None:
+    """A screen of 2x the task's best: against a best of 1 ns every candidate is far slower,
+    and is timed by its single runs (no repeats sized to ``min_repeat_ms``); against no best,
+    a best slower than the candidates, or with the screen off, each is timed in full."""
+    from dataclasses import replace
+
+    from workers.builder import RayBuilder
+    from workers.connection import RayConnection
+    from workers.ledger import Ledger
+    from workers.runner import RayRunner
+
+    mods = [matmul_mod(), matmul_mod(8, 8, 8), matmul_mod(32, 8, 16)]
+    timed = MeasureConfig(number=1, repeat=2, min_repeat_ms=20)
+    with RayConnection(num_cpus=2):
+        ledger = Ledger()
+        builder = RayBuilder(ledger, timed)
+
+        def measured(runner: RayRunner, best_sec: float | None) -> list[bool]:
+            built = builder.build([BuilderInput(m, llvm_target) for m in mods])
+            args = [[a.as_json() for a in ArgInfo.from_prim_func(m["main"])] for m in mods]
+            keys = [b.artifact_path for b in built]
+            futures = runner.run_json(list(zip(keys, args, strict=True)), best_sec=best_sec)
+            assert all(f.result().error_msg is None for f in futures)
+            runs = [ledger.pop(k).run for k in keys]
+            assert all(len(r.run_secs) == 2 for r in runs)
+            return [r.screened for r in runs]
+
+        runner = RayRunner(ledger, timed)
+        assert measured(runner, 1e-9) == [True] * 3 and runner.screened == 3
+        assert measured(runner, None) == [False] * 3
+        assert measured(runner, 10.0) == [False] * 3  # each could be a new best
+        assert runner.screened == 3
+        runner.shutdown()
+        off = RayRunner(ledger, replace(timed, screen=0.0))
+        assert measured(off, 1e-9) == [False] * 3 and off.screened == 0
+        off.shutdown()

@@ -36,6 +36,7 @@ from tuner.cli.common import (
     MinRepeatOpt,
     ModelArg,
     PerIterOpt,
+    ScreenOpt,
     SeedOpt,
     ShapeOpt,
     SiblingsOpt,
@@ -90,6 +91,7 @@ def submit(
     seed: SeedOpt = None,
     per_iter: PerIterOpt = 64,
     min_repeat_ms: MinRepeatOpt = 50,
+    screen: ScreenOpt = 2.0,
     shape: ShapeOpt = None,
     entry: EntryOpt = "Module",
     keep_params: KeepParamsOpt = False,
@@ -116,7 +118,7 @@ def submit(
 
     # everything that can be checked here is, before contacting the cluster
     check_model_file(model)
-    check_tune_options(trials, per_iter, min_repeat_ms, siblings)
+    check_tune_options(trials, per_iter, min_repeat_ms, siblings, screen)
     parse_duration("--time-budget", time_budget)
     if target in ("llvm", "arm64") or target.lstrip().startswith("{"):
         resolve_target(target, arch)  # cuda's arch may come from the cluster's GPU
@@ -133,6 +135,7 @@ def submit(
         "--seed": seed,
         "--per-iter": per_iter,
         "--min-repeat-ms": min_repeat_ms,
+        "--screen": screen,
         "--shape": shape or [],
         "--entry": entry,
         "--keep-params": keep_params,

@@ -136,7 +136,9 @@ def check_output_file(path: Path, flag: str) -> None:
         raise TuneFarmError(f"{flag} {path}: not writable")
 
 
-def check_tune_options(trials: int, per_iter: int, min_repeat_ms: int, siblings: int = 0) -> None:
+def check_tune_options(
+    trials: int, per_iter: int, min_repeat_ms: int, siblings: int = 0, screen: float = 2.0
+) -> None:
     """Range checks of the tune options, naming the option."""
     if trials < 1:
         raise TuneFarmError(f"--trials must be at least 1 (got {trials})")
@@ -146,6 +148,8 @@ def check_tune_options(trials: int, per_iter: int, min_repeat_ms: int, siblings:
         raise TuneFarmError(f"--min-repeat-ms must be 0 or more milliseconds (got {min_repeat_ms})")
     if siblings < 0:
         raise TuneFarmError(f"--siblings must be 0 or more (got {siblings})")
+    if not (screen == 0 or 1 <= screen < math.inf):
+        raise TuneFarmError(f"--screen must be 0 (off) or at least 1 (got {screen:g})")
 
 
 DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
@@ -183,6 +187,14 @@ SeedOpt = Annotated[int | None, typer.Option(help="Random seed of the search.")]
 PerIterOpt = Annotated[int, typer.Option(help="Candidates measured per search round.")]
 MinRepeatOpt = Annotated[
     int, typer.Option("--min-repeat-ms", help="Minimum time of one timed repeat, in ms.")
+]
+ScreenOpt = Annotated[
+    float,
+    typer.Option(
+        "--screen",
+        help="Time a candidate by its first single runs alone when they are all at least "
+        "this many times its task's best so far (0: time every candidate in full).",
+    ),
 ]
 ShapeOpt = Annotated[
     list[str] | None,

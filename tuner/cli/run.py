@@ -27,6 +27,7 @@ from tuner.cli.common import (
     MinRepeatOpt,
     ModelArg,
     PerIterOpt,
+    ScreenOpt,
     SearchOpt,
     SeedOpt,
     ShapeOpt,
@@ -64,6 +65,7 @@ def tune(
     seed: SeedOpt = None,
     per_iter: PerIterOpt = 64,
     min_repeat_ms: MinRepeatOpt = 50,
+    screen: ScreenOpt = 2.0,
     shape: ShapeOpt = None,
     entry: EntryOpt = "Module",
     keep_params: KeepParamsOpt = False,
@@ -88,7 +90,7 @@ def tune(
     from tuner.targets import resolve_target
     from workers.config import MeasureConfig
 
-    check_tune_options(trials, per_iter, min_repeat_ms, siblings)
+    check_tune_options(trials, per_iter, min_repeat_ms, siblings, screen)
     time_budget_sec = parse_duration("--time-budget", time_budget)
     check_model_file(model)
     if shape_profile is not None and shape:
@@ -102,7 +104,7 @@ def tune(
         trials_per_iter=per_iter,
         seed=seed,
         job_name=job,
-        measure=MeasureConfig(min_repeat_ms=min_repeat_ms),
+        measure=MeasureConfig(min_repeat_ms=min_repeat_ms, screen=screen),
         cost_model=cost_model,
         transfer=transfer,
         siblings=siblings,
@@ -327,6 +329,11 @@ def print_tune_summary(summary: JobSummary) -> None:
             f"warm start: {search['sibling_tasks']} of {len(summary.tasks)} task(s) began with "
             f"{search['siblings']} of the database's best schedules of their kernel at other "
             "buckets, refitted"
+        )
+    if search.get("screened"):
+        console.print(
+            f"screened: {search['screened']} candidate(s) at {search['screen']:g}x their "
+            "task's best or slower, timed by their single runs alone"
         )
     devices = summary.devices
     if devices.get("busy") is not None:

@@ -409,7 +409,8 @@ class ActorSearch:
         if self.budget.closed_by == "time":
             return
         futures = self.runner.run_json(
-            [(b.artifact_path, c.args_info_json) for b, c in zip(built, cands, strict=True)]
+            [(b.artifact_path, c.args_info_json) for b, c in zip(built, cands, strict=True)],
+            best_sec=self.recorder.states[task].best_sec,
         )
         results = [f.result() for f in futures]
         resumed = self.recorder.resumed

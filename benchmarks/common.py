@@ -49,31 +49,38 @@ DISTURBED_CORES = 0.05
 
 @dataclass
 class ForeignLoad:
-    """The CPU time other processes used while a step ran, in cores on average: the machine's
-    busy time (``/proc/stat``) less this process's and its waited-for children's."""
+    """What else used the CPUs while a step ran, in cores on average: ``cores``, the other
+    processes (the machine's busy time in ``/proc/stat`` less this process's and its
+    waited-for children's), and ``steal``, the hypervisor's (time a virtual CPU was ready to
+    run and another guest ran instead). Either stalls a parallel kernel's barrier alike."""
 
     wall_sec: float = 0.0
     cores: float | None = None  # None: not measurable here (no /proc/stat)
+    steal: float | None = None
 
     @property
     def disturbed(self) -> bool:
-        return disturbed(self.cores)
+        return disturbed(self.cores, self.steal)
 
 
-def disturbed(cores: float | None) -> bool:
-    """Whether a step beside ``cores`` of other processes' CPU measured that work too."""
-    return cores is not None and cores > DISTURBED_CORES
+def disturbed(cores: float | None, steal: float | None = None) -> bool:
+    """Whether a step beside ``cores`` of other processes' CPU and ``steal`` cores taken by
+    the hypervisor measured that work too."""
+    return (cores or 0.0) + (steal or 0.0) > DISTURBED_CORES
 
 
-def _busy_sec() -> float | None:
-    """The machine's CPU time spent busy since boot (all cores), or None without /proc/stat."""
+def _cpu_sec() -> tuple[float, float] | None:
+    """The machine's CPU time since boot (all cores): busy in this guest, and stolen by the
+    hypervisor; None without /proc/stat."""
     try:
         with open("/proc/stat") as f:
             fields = [int(x) for x in f.readline().split()[1:]]
     except (OSError, ValueError):
         return None
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+    fields += [0] * (8 - len(fields))
+    idle = fields[3] + fields[4]  # idle + iowait
+    tick = os.sysconf("SC_CLK_TCK")
+    return (sum(fields[:7]) - idle) / tick, fields[7] / tick  # user..softirq, steal
 
 
 def _own_sec() -> float:
@@ -87,14 +94,15 @@ def foreign_load() -> Iterator[ForeignLoad]:
     """Measure the other processes' CPU time over the ``with`` block (its subprocesses must
     have been waited for by its end, as ``subprocess.run`` does)."""
     out = ForeignLoad()
-    busy0, own0, t0 = _busy_sec(), _own_sec(), time.perf_counter()
+    cpu0, own0, t0 = _cpu_sec(), _own_sec(), time.perf_counter()
     try:
         yield out
     finally:
-        busy1, out.wall_sec = _busy_sec(), time.perf_counter() - t0
-        if busy0 is not None and busy1 is not None and out.wall_sec > 0:
-            other = (busy1 - busy0) - (_own_sec() - own0)
+        cpu1, out.wall_sec = _cpu_sec(), time.perf_counter() - t0
+        if cpu0 is not None and cpu1 is not None and out.wall_sec > 0:
+            other = (cpu1[0] - cpu0[0]) - (_own_sec() - own0)
             out.cores = max(0.0, other) / out.wall_sec
+            out.steal = max(0.0, cpu1[1] - cpu0[1]) / out.wall_sec
 
 
 # --------------------------------------------------------------------------- results files

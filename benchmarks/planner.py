@@ -17,9 +17,9 @@ process and its own fresh database.
 - **Figures** per (model, profile): the measured traffic-weighted mean of each strategy (median
   over seeds, with the range), planned / pow2, planned / best hand, and the plan's predicted
   mean over the measured one (the prediction is kernel time only; the VM's own overhead is
-  not modelled), and the runs benched while other processes took more than
-  :data:`~benchmarks.common.DISTURBED_CORES` of CPU (``disturbed``; each run's
-  ``other_cores``, :func:`~benchmarks.common.foreign_load`).
+  not modelled), and the runs benched while other processes and the hypervisor's steal took
+  more than :data:`~benchmarks.common.DISTURBED_CORES` of CPU (``disturbed``; each run's
+  ``other_cores`` and ``steal_cores``, :func:`~benchmarks.common.foreign_load`).
 
 Usage::
 
@@ -147,6 +147,7 @@ def _bench(model: str, profile: Path, env: dict[str, str], out: dict[str, Any]) 
     with foreign_load() as other:
         proc = _cli([*bench, "--runtimes", "none"], env, 1800)
     out["other_cores"] = other.cores  # other processes' CPU while it ran
+    out["steal_cores"] = other.steal  # and the hypervisor's
     try:
         stats = _json_of(proc.stdout)["traffic"]["stats"]
     except (ValueError, KeyError):
@@ -188,7 +189,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out["noisy"] = sorted(k for k, (lo, hi) in rng.items() if med[k] and (hi - lo) / med[k] > 0.25)
     # benched while other processes took CPU (their figure measures that work too)
     out["disturbed"] = [
-        f"{r['strategy']}@{r['seed']}" for r in runs if disturbed(r.get("other_cores"))
+        f"{r['strategy']}@{r['seed']}" for r in runs if disturbed(r.get("other_cores"), r.get("steal_cores"))
     ]
     return out
 
@@ -274,8 +275,9 @@ def run(
                     if r.get("error"):
                         log(f"  {r['error']}")
                     else:
-                        other = r.get("other_cores")
+                        other, steal = r.get("other_cores"), r.get("steal_cores")
                         busy = f", other processes {other:.2f} cores" if other else ""
+                        busy += f", stolen {steal:.2f} cores" if steal else ""
                         log(f"  mean {r['mean_sec'] * 1e6:.1f} us, buckets {r['buckets']}{busy}")
                     runs.append(r)
                     case["summary"] = summarize(runs)

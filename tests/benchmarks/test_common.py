@@ -62,6 +62,7 @@ def test_foreign_load_counts_other_processes_not_the_steps_own() -> None:
         subprocess.run([sys.executable, "-c", BUSY.format(sec=0.6)], check=True)
     assert own.cores is not None and own.wall_sec >= 0.6
     assert own.cores < 0.5  # counted, the child's 0.6 s of a core would read about 1.0
+    assert own.steal is not None and own.steal >= 0  # the hypervisor's, apart
     other = subprocess.Popen([sys.executable, "-c", BUSY.format(sec=3.0)])
     try:
         time.sleep(0.3)  # started and spinning
@@ -71,3 +72,11 @@ def test_foreign_load_counts_other_processes_not_the_steps_own() -> None:
     finally:
         other.kill()
         other.wait()
+
+
+def test_the_hypervisors_steal_disturbs_a_step_as_other_processes_do() -> None:
+    from benchmarks.common import DISTURBED_CORES, ForeignLoad, disturbed
+
+    assert not disturbed(None) and not disturbed(0.01, 0.01)
+    assert disturbed(DISTURBED_CORES * 2) and disturbed(0.01, DISTURBED_CORES * 2)
+    assert ForeignLoad(1.0, cores=0.0, steal=0.3).disturbed

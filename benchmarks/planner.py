@@ -189,7 +189,9 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out["noisy"] = sorted(k for k, (lo, hi) in rng.items() if med[k] and (hi - lo) / med[k] > 0.25)
     # benched while other processes took CPU (their figure measures that work too)
     out["disturbed"] = [
-        f"{r['strategy']}@{r['seed']}" for r in runs if disturbed(r.get("other_cores"), r.get("steal_cores"))
+        f"{r['strategy']}@{r['seed']}"
+        for r in runs
+        if disturbed(r.get("other_cores"), r.get("steal_cores"))
     ]
     return out
 

@@ -80,10 +80,8 @@ class ArmBridge:
         return f"rpc {self.key} | aarch64 (via tracker {self.host}:{self.port})"
 
     # ----------------------------------------------------------------- work
-    def measure(
-        self, artifact: bytes, args_info: list[Any], screen_sec: float | None = None
-    ) -> RunResult:
-        """``screen_sec`` is not used: an emulated device's first runs are slower than the
+    def measure(self, artifact: bytes, args_info: list[Any], screen: Any = None) -> RunResult:
+        """``screen`` is not used: an emulated device's first runs are slower than the
         kernel (it translates the code), so every repeat is kept (``one_long_run=False``)."""
         from workers.measure import alloc_arg, timed_secs
 

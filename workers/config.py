@@ -20,7 +20,8 @@ class MeasureConfig:
     makes) are all at least ``screen`` x its task's best so far is recorded from them; the
     repeats sized to ``min_repeat_ms`` are skipped (0: every candidate timed in full). A new
     best is never screened. ``screen_sec``: that threshold for one candidate, set by its runner
-    per call (None: timed in full); a job's stored config has None.
+    per call from the candidate's :class:`Screen` (None: timed in full); a job's stored config
+    has None.
     """
 
     # one run a repeat unless the kernel is shorter than min_repeat_ms, which then raises
@@ -60,6 +61,18 @@ class MeasureConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class Screen:
+    """What a runner screens one candidate by (:attr:`MeasureConfig.screen`): ``best_sec``,
+    its task's best so far as the job knows it (None: none yet), and ``group``, its task, by
+    which the runner also remembers the fastest candidate of it that it has timed itself (a
+    round's candidates are timed one after another: the round's own new best screens the ones
+    after it). The candidate's screen is ``screen`` x the lesser of the two."""
+
+    best_sec: float | None = None
+    group: str | None = None
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from tvm.s_tir.meta_schedule.runner import (
     RunnerResult,
 )
 
-from workers.config import FaultPolicy, MeasureConfig
+from workers.config import FaultPolicy, MeasureConfig, Screen
 from workers.ledger import Ledger
 from workers.results import ErrorKind, RunResult
 from workers.runner_pool import PoolFuture, RunnerPool
@@ -120,14 +120,17 @@ class RayRunner(PyRunner):
         )
 
     def run_json(
-        self, inputs: list[tuple[str, Any]], best_sec: float | None = None
+        self,
+        inputs: list[tuple[str, Any]],
+        best_sec: float | None = None,
+        group: str | None = None,
     ) -> list[RunnerFuture]:
         """Measure built candidates given as (builder key, arguments as a record stores them).
-        ``best_sec``: their task's best so far; a candidate whose single runs are all at least
-        :attr:`MeasureConfig.screen` x it is timed by them alone (see
-        :func:`workers.measure.timed_secs`)."""
-        screen = self.config.screen
-        screen_sec = screen * best_sec if screen and best_sec is not None and best_sec > 0 else None
+        ``best_sec``: their task's best so far, ``group``: the task; a candidate whose single
+        runs are all at least :attr:`MeasureConfig.screen` x the lesser of that best and the
+        fastest of the task its runner has timed is timed by them alone
+        (:class:`~workers.config.Screen`, :func:`workers.measure.timed_secs`)."""
+        screen = Screen(best_sec, group) if self.config.screen else None
         futures: list[RunnerFuture] = []
         for key, args_info in inputs:
             entry = self.ledger.get(key)
@@ -139,7 +142,7 @@ class RayRunner(PyRunner):
                     )
                 futures.append(RayRunnerFuture(self, key, None))
                 continue
-            fut = self.pool.submit(entry.artifact, args_info, key, entry.rebuild, screen_sec)
+            fut = self.pool.submit(entry.artifact, args_info, key, entry.rebuild, screen)
             futures.append(RayRunnerFuture(self, key, fut))
         if self.exclusive:
             for f in futures:

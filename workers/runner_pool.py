@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from database.errors import error_summary
-from workers.config import FaultPolicy, MeasureConfig
+from workers.config import FaultPolicy, MeasureConfig, Screen
 from workers.results import ErrorKind, EventLog, RunResult
 from workers.slots import SlotSpec
 from workers.transport import (
@@ -93,7 +93,7 @@ class _Work:
     artifact: Any
     args_info: list[Any]
     rebuild: Callable[[], Any] | None = None
-    screen_sec: float | None = None  # its screen (MeasureConfig.screen_sec)
+    screen: Screen | None = None  # what it is screened by
     avoid: set[str] = field(default_factory=set)  # slots it failed on
     suspects: list[str] = field(default_factory=list)  # slots to blame if it succeeds later
     last: tuple[ErrorKind, str] | None = None  # its latest failure
@@ -186,15 +186,15 @@ class RunnerPool:
         args_info: list[Any],
         key: str | None = None,
         rebuild: Callable[[], Any] | None = None,
-        screen_sec: float | None = None,
+        screen: Screen | None = None,
     ) -> PoolFuture:
         """Queue one candidate (``artifact``: an ObjectRef or bytes of the built ``.so``;
-        ``screen_sec``: its screen, :attr:`MeasureConfig.screen_sec`)."""
+        ``screen``: what it is screened by, :class:`~workers.config.Screen`)."""
         fut = PoolFuture(key or f"candidate-{next(self._ids)}")
         with self._cv:
             if self._stop:
                 raise RuntimeError("the runner pool is shut down")
-            self._queue.append(_Work(fut, artifact, args_info, rebuild, screen_sec))
+            self._queue.append(_Work(fut, artifact, args_info, rebuild, screen))
             self._cv.notify()
         return fut
 
@@ -353,7 +353,7 @@ class RunnerPool:
     def _call(self, slot: Slot, batch: list[_Work]) -> Any:
         slot.calls += 1
         pairs = [(w.artifact, w.args_info) for w in batch]
-        screens = [w.screen_sec for w in batch]
+        screens = [w.screen for w in batch]
         if all(s is None for s in screens):
             return self.transport.measure(slot.actor, pairs)
         return self.transport.measure(slot.actor, pairs, screens)

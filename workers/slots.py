@@ -13,7 +13,7 @@ from typing import Any
 
 import ray
 
-from workers.config import MeasureConfig
+from workers.config import MeasureConfig, Screen
 from workers.results import RunResult
 
 DEFAULT_MEASURE_FN = "workers.measure:measure_artifact"
@@ -55,29 +55,36 @@ class DeviceRunner:
         self.measure_fn = resolve(measure_fn)
         self.slot = slot or device_kind
         self.calls = 0
+        self.fastest: dict[str, float] = {}  # a Screen's group -> its fastest mean timed here
 
     def __repr__(self) -> str:  # shown by Ray's state API and `tunefarm workers`
         return f"runner {self.slot}"
 
     def measure(
-        self, artifact: bytes, args_info: list[Any], screen_sec: float | None = None
+        self, artifact: bytes, args_info: list[Any], screen: Screen | None = None
     ) -> RunResult:
-        """One candidate; ``screen_sec``: its screen (:attr:`MeasureConfig.screen_sec`)."""
+        """One candidate; ``screen``: what it is screened by (:class:`Screen`)."""
         self.calls += 1
         start = time.perf_counter()
         config = self.config
-        if screen_sec is not None:
-            config = dataclasses.replace(config, screen_sec=screen_sec)
+        group = screen.group if screen is not None else None
+        if screen is not None and config.screen:
+            known = [s for s in (screen.best_sec, self.fastest.get(group or "")) if s]
+            if known:
+                config = dataclasses.replace(config, screen_sec=config.screen * min(known))
         result = self.measure_fn(artifact, args_info, self.device_kind, config)
         if isinstance(result, RunResult):  # a fault-injecting measure_fn may answer garbage
             result = dataclasses.replace(result, device_sec=time.perf_counter() - start)
+            if group and result.ok and result.run_secs:
+                mean = sum(result.run_secs) / len(result.run_secs)
+                self.fastest[group] = min(mean, self.fastest.get(group, mean))
         return result
 
     def measure_batch(
         self,
         args_infos: list[list[Any]],
         *artifacts: bytes,
-        screens: list[float | None] | None = None,
+        screens: list[Screen | None] | None = None,
     ) -> list[RunResult]:
         """Several candidates in one call, measured one after the other (artifacts are
         top-level arguments so Ray resolves their object refs)."""

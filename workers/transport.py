@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import ray
 
-from workers.config import MeasureConfig
+from workers.config import MeasureConfig, Screen
 from workers.slots import SlotSpec
 
 
@@ -53,11 +53,11 @@ class Transport(Protocol):
         self,
         actor: Any,
         batch: Sequence[tuple[Any, list[Any]]],
-        screens: Sequence[float | None] | None = None,
+        screens: Sequence[Screen | None] | None = None,
     ) -> Any:
         """A ref of the actor's answer for ``(artifact, args_info)`` pairs: one ``RunResult``
         for one pair, a list of them for several (or garbage, if the actor is broken).
-        ``screens``: each candidate's screen (:attr:`MeasureConfig.screen_sec`; None: none)."""
+        ``screens``: what each candidate is screened by (:class:`Screen`; None: nothing)."""
         ...
 
     def wait(self, refs: Sequence[Any], timeout: float) -> list[Any]:
@@ -100,7 +100,7 @@ class RayTransport:
         self,
         actor: Any,
         batch: Sequence[tuple[Any, list[Any]]],
-        screens: Sequence[float | None] | None = None,
+        screens: Sequence[Screen | None] | None = None,
     ) -> Any:
         # a screen only where one is set: a device actor of another class (the ARM bridge's)
         # is called as before

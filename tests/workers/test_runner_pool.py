@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from workers.config import FaultPolicy, MeasureConfig
+from workers.config import FaultPolicy, MeasureConfig, Screen
 from workers.results import ErrorKind, RunResult
 from workers.runner_pool import RunnerPool, SlotState
 from workers.slots import SlotSpec
@@ -47,7 +47,7 @@ class InProcessTransport:
         self.started: list[str] = []
         self.killed: list[str] = []
         self.markers: list[tuple[str, str]] = []
-        self.screens: dict[Any, float | None] = {}  # artifact -> the screen it was sent with
+        self.screens: dict[Any, Screen | None] = {}  # artifact -> the screen it was sent with
         self.lock = threading.Lock()
 
     def start(self, spec: SlotSpec, config: MeasureConfig) -> Any:
@@ -62,7 +62,7 @@ class InProcessTransport:
         self,
         actor: _Actor,
         batch: Sequence[tuple[Any, list[Any]]],
-        screens: Sequence[float | None] | None = None,
+        screens: Sequence[Screen | None] | None = None,
     ) -> _Ref:
         with self.lock:
             for (artifact, _), screen in zip(batch, screens or [None] * len(batch), strict=True):
@@ -150,9 +150,9 @@ def test_every_candidate_is_answered_once_with_its_own_result(in_flight, max_bat
 def test_each_candidate_reaches_its_runner_with_its_own_screen(max_batch: int) -> None:
     transport = InProcessTransport(lambda _slot, _artifact: ok())
     pool, _ = _pool(transport, ["a"], in_flight=2, max_batch=max_batch)
-    screens = [None if i % 3 == 0 else i * 1e-6 for i in range(12)]
+    screens = [None if i % 3 == 0 else Screen(i * 1e-6, f"task{i % 2}") for i in range(12)]
     with pool:
-        futures = [pool.submit(str(i), [], screen_sec=s) for i, s in enumerate(screens)]
+        futures = [pool.submit(str(i), [], screen=s) for i, s in enumerate(screens)]
         assert all(f.result(timeout=10).ok for f in futures)
     assert transport.screens == {str(i): s for i, s in enumerate(screens)}
 

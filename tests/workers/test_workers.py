@@ -163,7 +163,9 @@ def test_a_candidate_far_slower_than_its_tasks_best_is_timed_by_its_single_runs(
 ) -> None:
     """A screen of 2x the task's best: against a best of 1 ns every candidate is far slower,
     and is timed by its single runs (no repeats sized to ``min_repeat_ms``); against no best,
-    a best slower than the candidates, or with the screen off, each is timed in full."""
+    a best slower than the candidates, or with the screen off, each is timed in full. Within
+    a round, the runner screens by the fastest of the task it has timed: a naive 128^3 matmul
+    after an 8^3 one of the same group."""
     from dataclasses import replace
 
     from workers.builder import RayBuilder
@@ -171,17 +173,23 @@ def test_a_candidate_far_slower_than_its_tasks_best_is_timed_by_its_single_runs(
     from workers.ledger import Ledger
     from workers.runner import RayRunner
 
-    mods = [matmul_mod(), matmul_mod(8, 8, 8), matmul_mod(32, 8, 16)]
+    small = [matmul_mod(), matmul_mod(8, 8, 8), matmul_mod(32, 8, 16)]
     timed = MeasureConfig(number=1, repeat=2, min_repeat_ms=20)
     with RayConnection(num_cpus=2):
         ledger = Ledger()
         builder = RayBuilder(ledger, timed)
 
-        def measured(runner: RayRunner, best_sec: float | None) -> list[bool]:
+        def measured(
+            runner: RayRunner,
+            best_sec: float | None,
+            mods: list[tvm.IRModule] = small,
+            group: str | None = None,
+        ) -> list[bool]:
             built = builder.build([BuilderInput(m, llvm_target) for m in mods])
             args = [[a.as_json() for a in ArgInfo.from_prim_func(m["main"])] for m in mods]
             keys = [b.artifact_path for b in built]
-            futures = runner.run_json(list(zip(keys, args, strict=True)), best_sec=best_sec)
+            inputs = list(zip(keys, args, strict=True))
+            futures = runner.run_json(inputs, best_sec=best_sec, group=group)
             assert all(f.result().error_msg is None for f in futures)
             runs = [ledger.pop(k).run for k in keys]
             assert all(len(r.run_secs) == 2 for r in runs)
@@ -191,7 +199,10 @@ def test_a_candidate_far_slower_than_its_tasks_best_is_timed_by_its_single_runs(
         assert measured(runner, 1e-9) == [True] * 3 and runner.screened == 3
         assert measured(runner, None) == [False] * 3
         assert measured(runner, 10.0) == [False] * 3  # each could be a new best
-        assert runner.screened == 3
+        pair = [matmul_mod(8, 8, 8), matmul_mod(128, 128, 128)]
+        assert measured(runner, None, pair, group="task") == [False, True]
+        assert measured(runner, None, pair[1:], group="other") == [False]  # another task's
+        assert runner.screened == 4
         runner.shutdown()
         off = RayRunner(ledger, replace(timed, screen=0.0))
         assert measured(off, 1e-9) == [False] * 3 and off.screened == 0

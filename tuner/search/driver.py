@@ -411,6 +411,7 @@ class ActorSearch:
         futures = self.runner.run_json(
             [(b.artifact_path, c.args_info_json) for b, c in zip(built, cands, strict=True)],
             best_sec=self.recorder.states[task].best_sec,
+            group=self.tasks[task].name,
         )
         results = [f.result() for f in futures]
         resumed = self.recorder.resumed

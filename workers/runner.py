@@ -130,7 +130,9 @@ class RayRunner(PyRunner):
         runs are all at least :attr:`MeasureConfig.screen` x the lesser of that best and the
         fastest of the task its runner has timed is timed by them alone
         (:class:`~workers.config.Screen`, :func:`workers.measure.timed_secs`)."""
-        screen = Screen(best_sec, group) if self.config.screen else None
+        # nothing to screen by (MetaSchedule's loop, a re-timing): sent as before
+        known = best_sec is not None or group is not None
+        screen = Screen(best_sec, group) if self.config.screen and known else None
         futures: list[RunnerFuture] = []
         for key, args_info in inputs:
             entry = self.ledger.get(key)

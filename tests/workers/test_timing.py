@@ -14,7 +14,7 @@ import tvm
 from tvm.script import tirx as T
 
 from workers.config import MeasureConfig
-from workers.measure import timed_secs
+from workers.measure import SINGLE_RUN_SLACK_SEC, timed_secs
 
 
 def _counting_kernel(n: int) -> tvm.runtime.Module:
@@ -94,11 +94,18 @@ def test_a_larger_configured_number_is_a_floor(number: int) -> None:
 
 
 def test_a_kernel_slower_than_its_screen_is_timed_by_its_single_runs() -> None:
-    # the single runs (about 1 us each) are far above a 1 ns screen: no sized repeats
+    # the single runs (tens of us each) are far above a 1 ns screen: no sized repeats
     config = MeasureConfig(number=1, repeat=3, min_repeat_ms=20, screen_sec=1e-9)
-    secs, calls, screened = _timed_screened(1024, config)
-    assert screened and len(secs) == 3 and all(s > 1e-9 for s in secs)
+    secs, calls, screened = _timed_screened(1 << 18, config)
+    assert screened and len(secs) == 3 and all(s > SINGLE_RUN_SLACK_SEC for s in secs)
     assert calls == 1 + 1 + 1 + 2  # a warm-up and a run, a warm-up and 2 more: nothing else
+
+
+def test_a_kernel_of_about_a_calls_overhead_is_never_screened() -> None:
+    # single runs of about 1 us: within a call's overhead of any screen, so timed in full
+    config = MeasureConfig(number=1, repeat=3, min_repeat_ms=20, screen_sec=1e-9)
+    _, calls, screened = _timed_screened(1024, config)
+    assert not screened and calls - 6 >= 3 * 100
 
 
 def test_a_kernel_under_its_screen_is_timed_in_full() -> None:

@@ -353,10 +353,7 @@ class RunnerPool:
     def _call(self, slot: Slot, batch: list[_Work]) -> Any:
         slot.calls += 1
         pairs = [(w.artifact, w.args_info) for w in batch]
-        screens = [w.screen for w in batch]
-        if all(s is None for s in screens):
-            return self.transport.measure(slot.actor, pairs)
-        return self.transport.measure(slot.actor, pairs, screens)
+        return self.transport.measure(slot.actor, pairs, [w.screen for w in batch])
 
     def _start_attempt(self, slot: Slot, batch: list[_Work]) -> None:
         for work in batch:

@@ -102,18 +102,12 @@ class RayTransport:
         batch: Sequence[tuple[Any, list[Any]]],
         screens: Sequence[Screen | None] | None = None,
     ) -> Any:
-        # a screen only where one is set: a device actor of another class (the ARM bridge's)
-        # is called as before
+        screens = list(screens) if screens else [None] * len(batch)
         if len(batch) == 1:
             artifact, args_info = batch[0]
-            screen = screens[0] if screens else None
-            if screen is None:
-                return actor.measure.remote(artifact, args_info)
-            return actor.measure.remote(artifact, args_info, screen)
+            return actor.measure.remote(artifact, args_info, screens[0])
         infos, artifacts = [a for _, a in batch], [art for art, _ in batch]
-        if not screens or all(s is None for s in screens):
-            return actor.measure_batch.remote(infos, *artifacts)
-        return actor.measure_batch.remote(infos, *artifacts, screens=list(screens))
+        return actor.measure_batch.remote(infos, *artifacts, screens=screens)
 
     def wait(self, refs: Sequence[Any], timeout: float) -> list[Any]:
         ready, _ = ray.wait(list(refs), num_returns=1, timeout=timeout)

@@ -247,11 +247,13 @@ def test_a_call_that_fails_otherwise_is_a_worker_error_value() -> None:
     transport = InProcessTransport(behaviour)
     original = transport.measure
 
-    def failing_first(actor: Any, batch: Sequence[tuple[Any, list[Any]]]) -> _Ref:
+    def failing_first(
+        actor: Any, batch: Sequence[tuple[Any, list[Any]]], screens: Any = None
+    ) -> _Ref:
         if calls["n"] == 0:
             calls["n"] += 1
             return transport._ref(actor, _Ref(CallFailed("transport broke")))
-        return original(actor, batch)
+        return original(actor, batch, screens)
 
     transport.measure = failing_first  # type: ignore[method-assign]
     pool, _ = _pool(transport, ["a", "b"], in_flight=1)

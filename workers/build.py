@@ -14,20 +14,23 @@ import tvm
 
 from database.errors import error_summary
 from workers import fast_math
+from workers.link import host_linker
 from workers.results import BuildResult, ErrorKind
 
 fast_math.install()  # builds measure the erf lowering that `tunefarm build` ships
 
 
 def export_options(target: tvm.target.Target) -> dict:
-    """``export_library`` options for ``target``: cross-compile for an aarch64 triple, else the
-    host C compiler."""
+    """``export_library`` options for ``target``: cross-compile for an aarch64 triple, else
+    link for the host with ``ld`` as ``g++ -shared`` would (:mod:`workers.link`; TVM's own
+    ``g++`` link where the driver does not show its ``ld`` command)."""
     triple = str(target.attrs.get("mtriple", "")) if target.kind.name == "llvm" else ""
     if triple.startswith("aarch64"):
         from tvm.support import cc
 
         return {"fcompile": cc.cross_compiler("aarch64-linux-gnu-gcc")}
-    return {}
+    fcompile = host_linker()
+    return {"fcompile": fcompile} if fcompile is not None else {}
 
 
 def _compile(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.runtime.Module:

@@ -6,8 +6,9 @@ then ``ld``, three processes for what ``ld`` alone does. On a 2-core AMD EPYC th
 that, resolving ``-lstdc++``, which a TVM kernel's object never references, 12 ms.
 :func:`host_linker` asks the driver once per process (``g++ -###``) for the exact ``ld``
 command it would run, drops the LTO plug-in options and ``-lstdc++``, and links every later
-object with that command. Where the driver does not say (another compiler, no ``g++``), or a
-caller passes compiler options, the build falls back to TVM's own ``create_shared``.
+object with that command. Where the driver does not say (another compiler, no ``g++``, no
+``ld`` on the path), a caller passes compiler options, or ``ld`` fails, the build falls back to
+TVM's own ``create_shared`` (whose error, if it fails too, is the build's).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import functools
 import os
 import shlex
+import shutil
 import subprocess
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -68,8 +70,9 @@ def link_command(compiler: str | None = None) -> tuple[str, ...] | None:
                 skip = True
             elif not word.startswith(_DROP_PREFIX) and word not in _DROP:
                 args.append(word)
-        if args.count(_OUT) == 1 and args.count(_IN) == 1 and ld:
-            return (ld, *args)
+        linker = shutil.which(ld) if ld else None
+        if args.count(_OUT) == 1 and args.count(_IN) == 1 and linker:
+            return (linker, *args)
     return None
 
 
@@ -97,10 +100,13 @@ def host_linker() -> Callable[..., None] | None:
         return None
 
     def fcompile(output: str, objects: Sequence[str], options: Any = None, **kwargs: Any) -> None:
-        if options or kwargs or any(not str(o).endswith(".o") for o in objects):
-            cc.create_shared(output, list(objects), options, **kwargs)
-        else:
-            link_shared(output, list(objects), command)
+        if not (options or kwargs or any(not str(o).endswith(".o") for o in objects)):
+            try:
+                link_shared(output, list(objects), command)
+                return
+            except (OSError, RuntimeError):  # TVM's link says what is wrong, or succeeds
+                pass
+        cc.create_shared(output, list(objects), options, **kwargs)
 
     fcompile.get_target_triple = cc.create_shared.get_target_triple  # type: ignore[attr-defined]
     return fcompile

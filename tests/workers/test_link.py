@@ -86,3 +86,12 @@ def test_a_failed_link_is_an_error_with_the_linkers_message(tmp_path: Path) -> N
     assert command is not None
     with pytest.raises(RuntimeError, match=r"linking .*bad\.so failed: .+"):
         link_shared(str(tmp_path / "bad.so"), [str(bad)], command)
+
+
+def test_an_object_ld_cannot_link_gets_tvms_link_and_its_error(tmp_path: Path) -> None:
+    fcompile = host_linker()
+    assert fcompile is not None
+    bad = tmp_path / "bad.o"
+    bad.write_bytes(b"not an object file")
+    with pytest.raises(RuntimeError, match="Compilation error"):
+        fcompile(str(tmp_path / "bad.so"), [str(bad)])

@@ -57,6 +57,7 @@ def test_ld_links_what_gxx_links(tmp_path: Path, llvm_target: tvm.target.Target)
 
 
 def test_a_candidate_build_links_with_ld(llvm_target: tvm.target.Target) -> None:
+    assert export_options(llvm_target)["fcompile"].__qualname__.startswith("host_linker")
     result, data = build_artifact(tvm.ir.save_json(_libm_kernel()), TargetKey.of(llvm_target).json)
     assert result.ok, result.error_msg
     assert data and data[:4] == b"\x7fELF"

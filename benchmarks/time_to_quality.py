@@ -32,6 +32,10 @@ settings, from nothing:
   (``tuner.search.task.GENERATIONS``; each generation is scored by the cost model, i.e. the
   whole population featurized). Results files of 2026-11-25 were made when 4 was the
   default: their ``tunefarm``/``tunefarm-warm`` ran 4 generations and ``-g2`` 2;
+- ``tunefarm-blind``, ``tunefarm-warm-blind``: the cold and warm jobs picking each round's
+  candidates in the cost model's order alone, whatever they cost to compile
+  (``TuneConfig.compile_aware`` off; the default before 2026-11-29: every earlier results
+  file's ``tunefarm`` and ``tunefarm-warm`` are these);
 - ``stock``: stock MetaSchedule, ``ms.tune.tune_tasks`` over the same tasks (gradient
   scheduler, LocalBuilder/LocalRunner, XGB cost model, population 512, an in-memory
   database), the untuned module's tasks as ``tune_relax`` would extract them per bucket.
@@ -131,6 +135,8 @@ HISTORIES: dict[str, list[tuple[str, dict[str, list[int]]]]] = {
 # forced into Ray search actors, a driver thread or MetaSchedule's loop; tunefarm-popN: with a
 # population of N; tunefarm(-warm)-noconfirm: a new best timed once (TuneConfig.confirm off);
 # tunefarm(-warm)-noscreen: every candidate timed in full (MeasureConfig.screen off);
+# tunefarm(-warm)-blind: each round the model's first candidates, whatever they cost to compile
+# (TuneConfig.compile_aware off: the default before 2026-11-29);
 # tunefarm-warm(-transfer): the default job (with --transfer) into a copy of the workload's
 # history; stock: MetaSchedule's tune_tasks with its XGBModel
 VARIANTS = (
@@ -157,6 +163,8 @@ VARIANTS = (
     "tunefarm-warm-noconfirm",
     "tunefarm-noscreen",
     "tunefarm-warm-noscreen",
+    "tunefarm-blind",
+    "tunefarm-warm-blind",
     "stock",
     "stock-long",
 )
@@ -183,6 +191,7 @@ WARM_VARIANTS = (
     "tunefarm-warm-pop64",
     "tunefarm-warm-noconfirm",
     "tunefarm-warm-noscreen",
+    "tunefarm-warm-blind",
 )
 LEVELS = (0.9, 0.95)
 BUDGETS = ("trials", "wall")
@@ -276,6 +285,7 @@ def run_tunefarm(
     per_iter: int | None = None,
     confirm: bool = True,
     screen: bool = True,
+    compile_aware: bool = True,
 ) -> tuple[RunResult, list[Any]]:
     """TuneFarm's job on the embedded default into a fresh SQLite file, or into a copy of
     ``history``; only the job's own records count in the curve. Also each bucket task's final
@@ -305,6 +315,7 @@ def run_tunefarm(
         time_budget_sec=time_budget_sec,
         **({"trials_per_iter": per_iter} if per_iter else {}),
         confirm=confirm,
+        compile_aware=compile_aware,
     )
     start = time.time()
     summary = tune(
@@ -1013,6 +1024,7 @@ def main(argv: list[str] | None = None) -> int:
                             per_iter=per_iter if timed else None,
                             confirm=not variant.endswith("-noconfirm"),
                             screen=not variant.endswith("-noscreen"),
+                            compile_aware=not variant.endswith("-blind"),
                         )
                     console.print(
                         f"  wall {run.wall_sec:.1f} s, final {run.final_sec * 1e6:.1f} us"

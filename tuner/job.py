@@ -106,6 +106,10 @@ class TuneConfig:
     # a round's fastest candidate, when it beats its task's best, is timed a second time and
     # recorded with both timings (JobRecorder._confirmed): a new best is never one lucky run
     confirm: bool = True
+    # the search asks for twice a round and measures the round's worth with the most of the
+    # cost model's rank per expected compile second, learnt from the task's own builds by
+    # unroll limit (tuner.search.compile_cost); off: the model's first, as MetaSchedule does
+    compile_aware: bool = True
 
     @property
     def round_cap(self) -> int:
@@ -785,6 +789,7 @@ def _start_actor_search(
         host=mode,
         siblings=config.siblings if config.warm_start else 0,
         exchange=config.exchange and config.warm_start,
+        compile_aware=config.compile_aware,
     )
     search = ActorSearch(
         tasks, target, db, builder, runner, model_spec(config, cost_model), plan, config.trials

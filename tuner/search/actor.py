@@ -60,14 +60,18 @@ class SearchActor:
             self.busy_sec += time.perf_counter() - start
 
     def notify(
-        self, task_id: int, results: list[tuple[list[float] | None, str | None]]
+        self,
+        task_id: int,
+        results: list[tuple[list[float] | None, str | None]],
+        build_secs: list[float | None] | None = None,
     ) -> Rows | None:
-        """Results of ``task_id``'s oldest round not yet notified. The cost-model rows they
+        """Results of ``task_id``'s oldest round not yet notified, and what each candidate
+        took to compile (:meth:`TaskSearch.notify`). The cost-model rows they
         gave (the shared model here learned them) are returned for the other actors (shared
         learning: every actor's copy trains on every task's measurements)."""
         start = time.perf_counter()
         try:
-            return self.tasks[task_id].notify(results)
+            return self.tasks[task_id].notify(results, build_secs)
         finally:
             self.busy_sec += time.perf_counter() - start
 

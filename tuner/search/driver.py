@@ -122,6 +122,8 @@ class SearchPlan:
     siblings: int = 0
     # before each later round, the task's kernel's new best at the nearest other bucket
     exchange: bool = False
+    # pick each round by the model's order per expected compile second (TaskSpec.compile_aware)
+    compile_aware: bool = True
 
     def __post_init__(self) -> None:
         if self.host not in HOSTS:
@@ -248,6 +250,7 @@ class ActorSearch:
             generations=self.plan.generations,
             seed=-1 if seed is None or seed < 0 else seed + task,
             seeds=tuple(seeds),
+            compile_aware=self.plan.compile_aware,
         )
 
     def _sibling_cap(self) -> int:
@@ -414,6 +417,7 @@ class ActorSearch:
             group=self.tasks[task].name,
         )
         results = [f.result() for f in futures]
+        build_secs = self._build_secs(built)  # before the recorder takes the ledger's entries
         resumed = self.recorder.resumed
         self.recorder.record(
             task, lambda i: (cands[i].trace_json, cands[i].args_info_json), built, results
@@ -434,11 +438,23 @@ class ActorSearch:
             for r in results
         ]
         slot = self.home[task]
-        rows = self.actors[slot].notify.remote(task, told)  # in order with its next calls
+        # in order with its next calls
+        rows = self.actors[slot].notify.remote(task, told, build_secs)
         self._told.append(rows)
         for other, actor in enumerate(self.actors):  # every copy of the model learns from it
             if other != slot:
                 self._told.append(actor.absorb.remote(rows))
+
+    def _build_secs(self, built: list[Any]) -> list[float | None]:
+        """What each of a round's candidates took to compile (None: not built by this round,
+        e.g. measured before, or dropped)."""
+        out: list[float | None] = []
+        for b in built:
+            entry = self.builder.ledger.get(b.artifact_path)
+            build = entry.build if entry is not None else None
+            fresh = entry is not None and not entry.cached and not entry.dropped
+            out.append(build.build_sec if fresh and build and build.build_sec > 0 else None)
+        return out
 
     # ------------------------------------------------------------------ end
     def finish(self) -> dict[Any, Any]:

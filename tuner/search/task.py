@@ -19,6 +19,7 @@ from tvm.s_tir.meta_schedule.database import TuningRecord
 from tvm.s_tir.meta_schedule.runner import RunnerResult
 
 from database import shash_of
+from tuner.search.compile_cost import OVERSAMPLE, CompileCosts, pick, unroll_of
 
 Rows = tuple[Any, Any, list[str]]  # cost-model training rows: features, seconds, workload keys
 
@@ -82,6 +83,10 @@ class TaskSpec:
     # the team's best schedules of this kernel at other buckets, refitted to this one
     # (TuningRecord.as_json() each, without a measurement): the first round measures them
     seeds: tuple[Any, ...] = ()
+    # ask the evolutionary search for OVERSAMPLE x a round and measure the round's worth with
+    # the most of the model's rank per expected compile second (tuner.search.compile_cost);
+    # off: the model's first per_round, as MetaSchedule measures them
+    compile_aware: bool = True
 
 
 class TaskSearch:
@@ -109,7 +114,7 @@ class TaskSearch:
         ).clone()
         self.ctx.pre_tuning(
             max_trials=spec.max_trials,
-            num_trials_per_iter=spec.per_round,
+            num_trials_per_iter=spec.per_round * (OVERSAMPLE if spec.compile_aware else 1),
             design_spaces=self.ctx.generate_design_space(),
             database=self.db,
             cost_model=model,
@@ -120,6 +125,7 @@ class TaskSearch:
         # sent mid-job (:meth:`seed`, leading the next round)
         self._first = self._seeded(spec.seeds, set())
         self._extra: dict[str, Any] = {}
+        self.costs = CompileCosts()  # the task's compile seconds by unroll limit
 
     def _seeded(self, seeds: tuple[Any, ...], skip: set[str]) -> dict[str, Any]:
         """The seeds as measure candidates by module hash, post-processed as the search's own
@@ -163,10 +169,20 @@ class TaskSearch:
             found = self.ctx.generate_measure_candidates() if len(picked) < per_round else []
             if found is None and not picked:
                 return None
+            fresh: dict[str, Any] = {}
             for cand in found or []:
-                if len(picked) >= per_round:
-                    break
-                picked.setdefault(shash_of(cand.sch.mod), cand)  # a seed's twin: the seed
+                key = shash_of(cand.sch.mod)
+                if key not in picked:  # a seed's twin: the seed
+                    fresh.setdefault(key, cand)
+            keys = list(fresh)
+            costs = [
+                self.costs.expect(unroll_of(fresh[k].sch.trace))
+                if self.spec.compile_aware
+                else None
+                for k in keys
+            ]
+            for i in pick(costs, per_round - len(picked)):
+                picked[keys[i]] = fresh[keys[i]]
         self._pending.append(list(picked.values()))
         out = []
         for key, cand in picked.items():
@@ -177,17 +193,26 @@ class TaskSearch:
             out.append(Candidate(key, tvm.ir.save_json(cand.sch.mod), trace, args))
         return out
 
-    def notify(self, results: list[tuple[list[float] | None, str | None]]) -> Rows | None:
+    def notify(
+        self,
+        results: list[tuple[list[float] | None, str | None]],
+        build_secs: list[float | None] | None = None,
+    ) -> Rows | None:
         """Results of the oldest round not yet notified, in its order: (run seconds or None,
-        error or None) each. Valid ones become records of the search's database; the search
-        and the cost model hear all of them. Returns the training rows the cost model took
-        (features, seconds, workload keys) for the other tasks' copies (None: a stock model)."""
+        error or None) each, and what each took to compile (None: not built, e.g. measured
+        before). Valid ones become records of the search's database; the search and the cost
+        model hear all of them, the compile costs (:class:`CompileCosts`) every build. Returns
+        the training rows the cost model took (features, seconds, workload keys) for the other
+        tasks' copies (None: a stock model)."""
         if not self._pending:
             raise ValueError("results for no round: every generated round was notified")
         cands = self._pending[0]
         if len(cands) != len(results):
             raise ValueError(f"{len(results)} results for a round of {len(cands)} candidates")
         self._pending.pop(0)
+        for cand, sec in zip(cands, build_secs or [], strict=False):
+            if sec:
+                self.costs.add(unroll_of(cand.sch.trace), sec)
         runner_results = []
         for cand, (secs, err) in zip(cands, results, strict=True):
             runner_results.append(RunnerResult(secs if err is None else None, err))

@@ -1,0 +1,88 @@
+"""What a candidate costs to compile, and picking a round by the model's order per second.
+
+A task's candidates differ most in compile time by the auto-unroll limit MetaSchedule samples
+(0, 16, 64 or 512 on a CPU): on a 2-core host a QKV candidate unrolled to 512 compiled in a
+median 0.47 s against 0.16 s for the others, a GELU one in up to 6 s (LLVM's loop vectorizer
+analyses 512 copies of an erf polynomial and declines). A warm cost model, which knows the
+unrolled schedules are often the fastest, proposed them for 31% of its candidates and spent
+70% of a job's compile time on them (docs/time-to-quality.md). The search therefore asks its
+evolutionary search for :data:`OVERSAMPLE` times a round, in the model's order, and keeps the
+round's worth with the most rank weight per expected compile second (:func:`pick`), the
+expected seconds learnt from the task's own builds by unroll limit (:class:`CompileCosts`).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+# candidates the evolutionary search is asked for, per candidate a round measures
+OVERSAMPLE = 2
+# MetaSchedule's annotations whose value is the sampled auto-unroll limit
+UNROLL_KEYS = ("meta_schedule.unroll_explicit", "meta_schedule.unroll_implicit")
+
+
+def unroll_of(trace: Any) -> int:
+    """A candidate's auto-unroll limit: the value its trace sampled for MetaSchedule's unroll
+    annotation (0 when it has none)."""
+    sampled: list[tuple[Any, int]] = []  # (the sampled variable, its value)
+    limit = 0
+    for inst in trace.insts:
+        kind = inst.kind.name
+        if kind == "SampleCategorical" and inst.outputs:
+            decision = trace.decisions.get(inst) if hasattr(trace.decisions, "get") else None
+            if decision is not None:
+                candidates = inst.attrs[0]
+                sampled.append((inst.outputs[0], int(candidates[int(decision)])))
+        elif kind == "Annotate" and inst.attrs and str(inst.attrs[0]) in UNROLL_KEYS:
+            value = inst.inputs[1]
+            for var, chosen in sampled:
+                if var.same_as(value):
+                    limit = max(limit, chosen)
+                    break
+            else:
+                if hasattr(value, "value"):  # an immediate, not a sampled variable
+                    limit = max(limit, int(value.value))
+    return limit
+
+
+@dataclass
+class CompileCosts:
+    """Compile seconds of a task's built candidates by unroll limit: what a new candidate of a
+    limit is expected to take (the median of its limit's builds; a limit not built yet is
+    expected to take the median of all)."""
+
+    seen: dict[int, list[float]] = field(default_factory=dict)
+
+    def add(self, unroll: int, sec: float) -> None:
+        """One build of a candidate with ``unroll``, ``sec`` seconds (not positive: ignored)."""
+        if sec > 0:
+            self.seen.setdefault(unroll, []).append(float(sec))
+
+    def typical(self) -> float | None:
+        """The median of every build seen (None: none yet)."""
+        every = [s for secs in self.seen.values() for s in secs]
+        return statistics.median(every) if every else None
+
+    def expect(self, unroll: int) -> float | None:
+        """Expected compile seconds of a candidate with ``unroll`` (None: no build seen)."""
+        secs = self.seen.get(unroll)
+        return statistics.median(secs) if secs else self.typical()
+
+
+def pick(costs: list[float | None], n: int) -> list[int]:
+    """Which ``n`` of candidates given in the model's order (best first) with their expected
+    compile seconds to measure, as their indices in that order: the ``n`` with the most rank
+    weight per expected second, the weight falling linearly from 1 for the model's first to
+    ``1/len`` for its last. All of them when there are no more than ``n``; the model's first
+    ``n`` when a cost is unknown (nothing built yet)."""
+    m = len(costs)
+    if m <= n or any(c is None or c <= 0 for c in costs):
+        return list(range(min(n, m)))
+    value = [(1.0 - i / m) / float(c) for i, c in enumerate(costs)]  # type: ignore[arg-type]
+    best = sorted(range(m), key=lambda i: (-value[i], i))[:n]
+    return sorted(best)
+
+
+__all__ = ["OVERSAMPLE", "UNROLL_KEYS", "CompileCosts", "pick", "unroll_of"]

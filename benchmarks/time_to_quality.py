@@ -32,10 +32,12 @@ settings, from nothing:
   (``tuner.search.task.GENERATIONS``; each generation is scored by the cost model, i.e. the
   whole population featurized). Results files of 2026-11-25 were made when 4 was the
   default: their ``tunefarm``/``tunefarm-warm`` ran 4 generations and ``-g2`` 2;
-- ``tunefarm-blind``, ``tunefarm-warm-blind``: the cold and warm jobs picking each round's
-  candidates in the cost model's order alone, whatever they cost to compile
-  (``TuneConfig.compile_aware`` off; the default before 2026-11-29: every earlier results
-  file's ``tunefarm`` and ``tunefarm-warm`` are these);
+- ``tunefarm-aware``, ``tunefarm-warm-aware``: the cold and warm jobs picking each round's
+  candidates by the cost model's rank per expected compile second (``TuneConfig.compile_aware``:
+  twice a round asked of the search, the expected seconds learnt from the task's builds by
+  unroll limit). In ``2026-11-29h-vm-time-to-quality-mlp-compile-aware.json`` the aware pick
+  was the default: ``tunefarm`` and ``tunefarm-warm`` there are these, ``tunefarm-blind`` and
+  ``tunefarm-warm-blind`` today's default;
 - ``stock``: stock MetaSchedule, ``ms.tune.tune_tasks`` over the same tasks (gradient
   scheduler, LocalBuilder/LocalRunner, XGB cost model, population 512, an in-memory
   database), the untuned module's tasks as ``tune_relax`` would extract them per bucket.
@@ -135,8 +137,8 @@ HISTORIES: dict[str, list[tuple[str, dict[str, list[int]]]]] = {
 # forced into Ray search actors, a driver thread or MetaSchedule's loop; tunefarm-popN: with a
 # population of N; tunefarm(-warm)-noconfirm: a new best timed once (TuneConfig.confirm off);
 # tunefarm(-warm)-noscreen: every candidate timed in full (MeasureConfig.screen off);
-# tunefarm(-warm)-blind: each round the model's first candidates, whatever they cost to compile
-# (TuneConfig.compile_aware off: the default before 2026-11-29);
+# tunefarm(-warm)-aware: each round picked by the model's rank per expected compile second
+# (TuneConfig.compile_aware);
 # tunefarm-warm(-transfer): the default job (with --transfer) into a copy of the workload's
 # history; stock: MetaSchedule's tune_tasks with its XGBModel
 VARIANTS = (
@@ -163,8 +165,8 @@ VARIANTS = (
     "tunefarm-warm-noconfirm",
     "tunefarm-noscreen",
     "tunefarm-warm-noscreen",
-    "tunefarm-blind",
-    "tunefarm-warm-blind",
+    "tunefarm-aware",
+    "tunefarm-warm-aware",
     "stock",
     "stock-long",
 )
@@ -191,7 +193,7 @@ WARM_VARIANTS = (
     "tunefarm-warm-pop64",
     "tunefarm-warm-noconfirm",
     "tunefarm-warm-noscreen",
-    "tunefarm-warm-blind",
+    "tunefarm-warm-aware",
 )
 LEVELS = (0.9, 0.95)
 BUDGETS = ("trials", "wall")
@@ -1024,7 +1026,7 @@ def main(argv: list[str] | None = None) -> int:
                             per_iter=per_iter if timed else None,
                             confirm=not variant.endswith("-noconfirm"),
                             screen=not variant.endswith("-noscreen"),
-                            compile_aware=not variant.endswith("-blind"),
+                            compile_aware=variant.endswith("-aware"),
                         )
                     console.print(
                         f"  wall {run.wall_sec:.1f} s, final {run.final_sec * 1e6:.1f} us"

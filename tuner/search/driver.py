@@ -123,7 +123,7 @@ class SearchPlan:
     # before each later round, the task's kernel's new best at the nearest other bucket
     exchange: bool = False
     # pick each round by the model's order per expected compile second (TaskSpec.compile_aware)
-    compile_aware: bool = True
+    compile_aware: bool = False
 
     def __post_init__(self) -> None:
         if self.host not in HOSTS:

@@ -85,8 +85,8 @@ class TaskSpec:
     seeds: tuple[Any, ...] = ()
     # ask the evolutionary search for OVERSAMPLE x a round and measure the round's worth with
     # the most of the model's rank per expected compile second (tuner.search.compile_cost);
-    # off: the model's first per_round, as MetaSchedule measures them
-    compile_aware: bool = True
+    # off (the default): the model's first per_round, as MetaSchedule measures them
+    compile_aware: bool = False
 
 
 class TaskSearch:

@@ -109,8 +109,9 @@ class TuneConfig:
     # the search asks for twice a round and measures the round's worth with the most of the
     # cost model's rank per expected compile second, learnt from the task's own builds by
     # unroll limit (tuner.search.compile_cost); off: the model's first, as MetaSchedule does.
-    # Opt-in: the dynamic MLP at 32 trials per task, 5 seeds, gained no wall time (cold 1.01x,
-    # warm 1.01x the jobs without it) and the warm job's final kernels re-timed 1.12x slower
+    # Opt-in: at the same trials (5 seeds) a warm QKV job took 0.90x the wall time without it,
+    # at the same final latency; the MLP and the transformer block gained no wall time, and
+    # the MLP's warm final kernels re-timed 1.12x slower (docs/time-to-quality.md)
     compile_aware: bool = False
 
     @property

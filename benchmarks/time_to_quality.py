@@ -287,7 +287,7 @@ def run_tunefarm(
     per_iter: int | None = None,
     confirm: bool = True,
     screen: bool = True,
-    compile_aware: bool = True,
+    compile_aware: bool = False,
 ) -> tuple[RunResult, list[Any]]:
     """TuneFarm's job on the embedded default into a fresh SQLite file, or into a copy of
     ``history``; only the job's own records count in the curve. Also each bucket task's final

@@ -34,7 +34,7 @@ def unroll_of(trace: Any) -> int:
     for inst in trace.insts:
         kind = inst.kind.name
         if kind == "SampleCategorical" and inst.outputs:
-            decision = trace.decisions.get(inst) if hasattr(trace.decisions, "get") else None
+            decision = trace.decisions.get(inst)
             if decision is not None:
                 candidates = inst.attrs[0]
                 sampled.append((inst.outputs[0], int(candidates[int(decision)])))

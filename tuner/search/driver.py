@@ -417,7 +417,9 @@ class ActorSearch:
             group=self.tasks[task].name,
         )
         results = [f.result() for f in futures]
-        build_secs = self._build_secs(built)  # before the recorder takes the ledger's entries
+        # what the builds took, for a compile-aware pick (before the recorder takes the
+        # ledger's entries); nothing to look up for a search that does not use them
+        build_secs = self._build_secs(built) if self.plan.compile_aware else None
         resumed = self.recorder.resumed
         self.recorder.record(
             task, lambda i: (cands[i].trace_json, cands[i].args_info_json), built, results

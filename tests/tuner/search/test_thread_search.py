@@ -49,9 +49,11 @@ def test_calls_run_in_order_in_one_thread_and_errors_come_back_as_values(llvm_ta
 
 @pytest.mark.slow
 @pytest.mark.ray
+@pytest.mark.parametrize("compile_aware", [False, True], ids=["model-order", "compile-aware"])
 def test_a_thread_search_job_searches_beside_its_builds_and_stops_its_thread(
-    sqlite_url, llvm_target
+    sqlite_url, llvm_target, compile_aware: bool
 ) -> None:
+    """Also with the compile-aware pick: twice a round asked of the search, the budget kept."""
     model = load_model(TINY)
     config = TuneConfig(
         trials=12,
@@ -59,6 +61,7 @@ def test_a_thread_search_job_searches_beside_its_builds_and_stops_its_thread(
         seed=3,
         search="thread",
         measure=MeasureConfig(min_repeat_ms=5, repeat=1),
+        compile_aware=compile_aware,
     )
     summary = tune(model.mod, llvm_target, Storage(sqlite_url), config)
     search = summary.search

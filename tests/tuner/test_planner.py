@@ -257,6 +257,52 @@ def test_plan_from_priors_respects_the_budget(tmp_path: Path, llvm_target) -> No
     assert planner.plan(24, new_only=True).task_trials() == plan.task_trials()
 
 
+def test_outcome_draws_have_mean_one_the_spread_asked_and_a_fixed_order() -> None:
+    import numpy as np
+
+    from tuner.symbolic.planner import SPREAD_SAMPLES, _outcomes
+
+    draws = _outcomes(32, 0.25)
+    assert draws.shape == (SPREAD_SAMPLES,) and draws.mean() == pytest.approx(1.0)
+    assert np.log(draws).std() == pytest.approx(0.25, rel=0.1)
+    assert list(draws) == list(_outcomes(32, 0.25))  # a set's price is the same every time
+    assert list(draws) != list(_outcomes(40, 0.25))  # another search, another order
+    assert np.allclose(_outcomes(8, 0.0), 1.0)
+
+
+def test_buckets_that_serve_the_same_values_are_priced_as_the_best_of_their_searches(
+    tmp_path: Path, llvm_target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where two buckets' kernels can serve a value and their searches are still to run, the
+    value costs the expected fastest of them (the dispatch runs whichever came out best);
+    one bucket alone, or searches already run, are priced as the curve says."""
+    import tuner.symbolic.planner as planner_mod
+
+    model = load_model(MLP)
+    db = TuneFarmDatabase(Storage(f"sqlite:///{tmp_path / 'empty.db'}"))
+    narrow = ShapeProfile(("b",), tuple(((v,), 100) for v in range(20, 41)))
+
+    def price(spread: float, buckets: tuple[int, ...], recorded: int = 0) -> float:
+        monkeypatch.setattr(
+            planner_mod,
+            "SEARCH_SPREAD",
+            dict.fromkeys(("contraction", "reduction", "injective"), spread),
+        )
+        planner = Planner(model.mod, llvm_target, db, narrow, model.shape_vars)
+        for km in planner.kernels.values():
+            for tm in km.at.values():
+                tm.recorded = recorded
+        found = planner.split(buckets, 48)
+        assert found is not None
+        return found[2]
+
+    assert price(0.25, (40,)) == pytest.approx(price(0.0, (40,)))
+    assert price(0.25, (32, 40)) < 0.95 * price(0.0, (32, 40))
+    assert price(0.5, (32, 40)) < price(0.25, (32, 40))  # the wider, the more the best gains
+    # searches already run: their bests are measured, nothing is left to chance
+    assert price(0.25, (32, 40), recorded=2) == pytest.approx(price(0.0, (32, 40), recorded=2))
+
+
 def test_a_plan_spends_its_whole_budget_past_the_curves_floor(tmp_path: Path, llvm_target) -> None:
     """Where the curves predict no more gain (tasks at their floor), the trials left go to the
     tasks by the traffic they serve: a plan of N trials is N trials, as the user asked."""

@@ -51,6 +51,7 @@ outside the kernels are not modelled (the plan is kernel time).
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import math
@@ -102,6 +103,15 @@ GENERIC_CALL_SEC = 2e-6  # a generic kernel's time that does not scale with the 
 # rate (a roofline floor: an x[1, 256] @ W[256, 512] streams its 512 KB weight whatever the
 # schedule; measured on the 2-core VM, the MLP's b=1 kernels ran at about 30 GB/s).
 PRIOR_BYTES_PER_SEC = 20e9
+# How far one search's outcome strays from the curve, as the sd of log(best): measured on
+# the MLP over 5 seeds of one 48-trial job, a contraction's best after 16 records spread by
+# 0.19-0.36 (and one bucket's best ran 2x faster per row than its neighbour's). The curve
+# predicts the mean outcome; where the buckets of several searches can serve a value, the
+# dispatch runs whichever came out fastest, and the expected least of them is below each
+# one's mean (:meth:`Planner._best_of`). Kernels without a contraction gain 2x at most from
+# tuning: their searches differ far less (not measured: a guess at a fifth of that).
+SEARCH_SPREAD = {"contraction": 0.25, "reduction": 0.05, "injective": 0.05}
+SPREAD_SAMPLES = 64  # stratified draws per search for the expected least
 EVEN_FLOOR = 8  # trials per task the first split's weights assume at least (see split)
 MAX_CANDIDATES = 10
 MAX_BUCKETS = 4
@@ -328,6 +338,13 @@ class TaskModel:
         if self.generic_sec is not None:
             return self.generic_sec
         return self.default_est if self.generic_guess is None else self.generic_guess
+
+    def spread(self, t: int) -> float:
+        """The sd of log(best) of the search ``t`` records would run (0: none to run, or
+        one already ran: its best is measured; :data:`SEARCH_SPREAD`)."""
+        if t < 2 or self.recorded >= 2:
+            return 0.0
+        return SEARCH_SPREAD.get(self.cls, SEARCH_SPREAD["contraction"])
 
     def time(self, t: int) -> float:
         """Predicted best time after ``t`` records in all (0: untuned, the default)."""
@@ -823,18 +840,57 @@ class Planner:
         values = self.values if at is None else [(v, 0.0) for v in at]
         cal = self.calibration
         top = _top_bucket(trials)
-        for (v, w), bk in zip(values, self._served_by(km, trials, at), strict=True):
+        best_of = self._best_of(km, trials, [v for v, _ in values])
+        for (v, w), bk, least in zip(values, self._served_by(km, trials, at), best_of, strict=True):
             if bk is None:
                 factor = cal.generic_factor(km.name, v) if cal is not None else 1.0
                 out.append(km.generic(v) * factor)
                 continue
             factor = cal.bucket_factor(km.name, v, above=v > top) if cal is not None else 1.0
-            out.append(bk.cost(v, km.degree, km.buffers) * factor)
+            cost = bk.cost(v, km.degree, km.buffers)
+            out.append((cost if least is None else min(cost, least)) * factor)
             if served is not None:  # (a static instance is its origin bucket's schedule)
                 bucket = bk.origin or bk.value
                 scale = (bk.padded(v) / bucket) ** km.degree
                 served[bucket] = served.get(bucket, 0.0) + w * scale
         return out
+
+    def _best_of(
+        self, km: KernelModel, trials: dict[int, int], values: list[int]
+    ) -> list[float | None]:
+        """At each of ``values`` up to the top bucket, the expected time of the fastest of
+        the kernels of the buckets that can serve it, where two or more can and a search
+        still to run makes any of them uncertain (None elsewhere: the rule's one kernel).
+
+        Each bucket's kernels share one outcome, a lognormal factor (sd of log ``sd``) of
+        mean 1 (sd: :meth:`TaskModel.spread`), so one bucket alone is priced as before; the
+        dispatch times the kernels it builds and runs the fastest. The draws are
+        stratified, each bucket's in its own fixed order, so a set's price is the same
+        every time it is asked."""
+        none: list[float | None] = [None] * len(values)
+        if km.reason:
+            return none
+        spread = {b: km.at[b].spread(t) for b, t in trials.items() if t >= 1 and b in km.at}
+        if len(spread) < 2 or not any(spread.values()):
+            return none
+        import numpy as np
+
+        kernels, _ = km.dispatch(trials)
+        origins = sorted({k.origin or k.value for k in kernels})
+        top = _top_bucket(trials)
+        cost = np.full((len(values), len(origins)), np.inf)
+        col = {b: i for i, b in enumerate(origins)}
+        for i, v in enumerate(values):
+            if v > top:
+                continue
+            for k in kernels:
+                if v <= k.value:
+                    j = col[k.origin or k.value]
+                    cost[i, j] = min(cost[i, j], k.cost(v, km.degree, km.buffers))
+        factors = np.stack([_outcomes(b, spread.get(b, 0.0)) for b in origins])
+        least = (cost[:, :, None] * factors[None, :, :]).min(axis=1).mean(axis=1)
+        several = (np.isfinite(cost).sum(axis=1) >= 2) & np.isfinite(least)
+        return [float(x) if ok else None for x, ok in zip(least, several, strict=True)]
 
     def expected(self, chosen: Chosen, static_trials: dict[str, int]) -> float:
         lat = self.latency(chosen, static_trials)
@@ -1209,6 +1265,19 @@ class Planner:
         src = "measured" if tm.best_sec is not None else f"default {tm.default_source}"
         gain = tm.default_est / tm.time(trials) if tm.time(trials) else 1.0
         return f"serves {share:.0%} of traffic; {src}; {gain:.1f}x the default predicted"
+
+
+@functools.lru_cache(maxsize=256)
+def _outcomes(bucket: int, sd: float) -> Any:
+    """:data:`SPREAD_SAMPLES` stratified draws of one search's outcome factor (mean 1, sd
+    of log ``sd``), in an order fixed by ``bucket``."""
+    import numpy as np
+
+    n = SPREAD_SAMPLES
+    u = (np.random.default_rng(bucket).permutation(n) + 0.5) / n
+    z = np.array([statistics.NormalDist().inv_cdf(float(x)) for x in u])
+    draws = np.exp(sd * z)
+    return draws / draws.mean()
 
 
 def _mean(lat: list[float], values: list[tuple[int, float]]) -> float:

@@ -27,6 +27,10 @@ The model (documented in docs/symbolic-shapes.md, "Buckets from traffic"):
   :data:`TAIL_CURVES` (the jump is behind it). A default not measured at a bucket is the
   family's nearest measured default scaled by FLOPs (else by ``(B / B') ** d``), else FLOPs
   at :data:`PRIOR_GFLOPS`; generic code likewise from its nearest measured bucket.
+- **Several searches**: where the kernels of two or more buckets can serve a value and a
+  search among them is still to run, the value costs the expected fastest of them, each
+  bucket's outcome a lognormal factor of mean 1 (:data:`SEARCH_SPREAD`, :meth:`Planner._best_of`):
+  the dispatch runs whichever search came out best.
 - **Expected latency** is the traffic-weighted mean over the profile's values (at most
   :data:`MAX_VALUES` representatives, :meth:`ShapeProfile.representatives`).
 - **Search.** Candidate buckets: the profile's quantiles rounded up to a tileable value

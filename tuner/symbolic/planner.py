@@ -844,8 +844,10 @@ class Planner:
         values = self.values if at is None else [(v, 0.0) for v in at]
         cal = self.calibration
         top = _top_bucket(trials)
-        best_of = self._best_of(km, trials, [v for v, _ in values])
-        for (v, w), bk, least in zip(values, self._served_by(km, trials, at), best_of, strict=True):
+        dispatched = km.dispatch(trials)  # once, for the rule's pick and the best of searches
+        best_of = self._best_of(km, trials, [v for v, _ in values], dispatched[0])
+        served_by = self._served_by(km, trials, at, dispatched)
+        for (v, w), bk, least in zip(values, served_by, best_of, strict=True):
             if bk is None:
                 factor = cal.generic_factor(km.name, v) if cal is not None else 1.0
                 out.append(km.generic(v) * factor)
@@ -860,7 +862,11 @@ class Planner:
         return out
 
     def _best_of(
-        self, km: KernelModel, trials: dict[int, int], values: list[int]
+        self,
+        km: KernelModel,
+        trials: dict[int, int],
+        values: list[int],
+        kernels: list[BucketKernel],
     ) -> list[float | None]:
         """At each of ``values`` up to the top bucket, the expected time of the fastest of
         the kernels of the buckets that can serve it, where two or more can and a search
@@ -870,7 +876,7 @@ class Planner:
         mean 1 (sd: :meth:`TaskModel.spread`), so one bucket alone is priced as before; the
         dispatch times the kernels it builds and runs the fastest. The draws are
         stratified, each bucket's in its own fixed order, so a set's price is the same
-        every time it is asked."""
+        every time it is asked. ``kernels``: ``km.dispatch(trials)``'s."""
         none: list[float | None] = [None] * len(values)
         if km.reason:
             return none
@@ -879,19 +885,15 @@ class Planner:
             return none
         import numpy as np
 
-        kernels, _ = km.dispatch(trials)
         origins = sorted({k.origin or k.value for k in kernels})
-        top = _top_bucket(trials)
         cost = np.full((len(values), len(origins)), np.inf)
         col = {b: i for i, b in enumerate(origins)}
         for i, v in enumerate(values):
-            if v > top:
-                continue
-            for k in kernels:
+            for k in kernels:  # none serves a value above the top bucket
                 if v <= k.value:
                     j = col[k.origin or k.value]
                     cost[i, j] = min(cost[i, j], k.cost(v, km.degree, km.buffers))
-        factors = np.stack([_outcomes(b, spread.get(b, 0.0)) for b in origins])
+        factors = np.stack([_outcomes(b, spread[b]) for b in origins])
         least = (cost[:, :, None] * factors[None, :, :]).min(axis=1).mean(axis=1)
         several = (np.isfinite(cost).sum(axis=1) >= 2) & np.isfinite(least)
         return [float(x) if ok else None for x, ok in zip(least, several, strict=True)]
@@ -1238,12 +1240,17 @@ class Planner:
         )
 
     def _served_by(
-        self, km: KernelModel, trials: dict[int, int], at: list[int] | None = None
+        self,
+        km: KernelModel,
+        trials: dict[int, int],
+        at: list[int] | None = None,
+        dispatched: tuple[list[BucketKernel], list[tuple[int, float]]] | None = None,
     ) -> list[BucketKernel | None]:
         """The bucket kernel the dispatch of ``trials``' buckets calls at each profile value
-        (or each of ``at``; None: the generic kernel)."""
+        (or each of ``at``; None: the generic kernel); ``dispatched``: ``km.dispatch(trials)``
+        where the caller has it."""
         at = [v for v, _ in self.values] if at is None else at
-        kernels, generic = km.dispatch(trials)
+        kernels, generic = km.dispatch(trials) if dispatched is None else dispatched
         if not kernels:
             return [None] * len(at)
         top = max(b.value for b in kernels)

@@ -15,22 +15,26 @@ The model (documented in docs/symbolic-shapes.md, "Buckets from traffic"):
 - **A task's time after t trials** (``t`` counts every record of the task, its default
   schedule included): ``default * rho(t)``, ``rho(0) = 1`` (untuned). A kernel family with
   tuning histories in the database follows its own measured curve (:func:`family_curve`:
-  the median over its buckets of best / default after each record, then a slow tail);
+  the median over its buckets of best / default after each record, then as below);
   else its kernel class's (:func:`~tuner.symbolic.rangekernel.kernel_class`)
   ``rho(t) = floor + (1 - floor) * exp(-(t - 1) / tau)``, ``tau`` fitted to the class's
   histories (least squares over a grid; at least :data:`PRIOR_TAU`), ``floor`` the task's
   roofline over its default (at least :data:`PRIOR_CLASS_FLOOR` for reductions and
   injective kernels); a contraction at least :data:`JUMP_MIN` x off its roofline jumps:
-  ``rho(t) = floor ** (1 - exp(-(t - 1) / JUMP_TAU))`` (:attr:`GainCurve.log`). A task
-  with records is anchored to its measured best:
-  ``best * rho(t) / rho(recorded)``, or, at or below its curve already, ``best`` times
-  :data:`TAIL_CURVES` (the jump is behind it). A default not measured at a bucket is the
+  ``rho(t) = floor * R(t)`` from its second trial, ``R`` the mean of how far a
+  contraction's search of ``t`` records still is from its end (:data:`CONTRACTION_SEARCH`,
+  measured: 6.7x after 2 records, 1.8x after 8, 1.1x after 16; :attr:`GainCurve.log`). A
+  task with records is anchored to its measured best: ``best * rho(t) / rho(recorded)``,
+  or, at or below its curve already (the jump is behind it), ``best`` times what its search
+  still expects (:func:`tail_ratio`: a contraction's median ``R(t) / R(recorded)``, the
+  others' :data:`TAIL_CURVES`). A default not measured at a bucket is the
   family's nearest measured default scaled by FLOPs (else by ``(B / B') ** d``), else FLOPs
   at :data:`PRIOR_GFLOPS`; generic code likewise from its nearest measured bucket.
 - **Several searches**: where the kernels of two or more buckets can serve a value and a
   search among them is still to run, the value costs the expected fastest of them, each
-  bucket's outcome a lognormal factor of mean 1 (:data:`SEARCH_SPREAD`, :meth:`Planner._best_of`):
-  the dispatch runs whichever search came out best.
+  bucket's outcome a lognormal factor of mean 1 (a contraction's sd by its search's length,
+  1.25 after 2 records, 0.33 after 16, :data:`CONTRACTION_SEARCH`; :data:`SEARCH_SPREAD`;
+  :meth:`Planner._best_of`): the dispatch runs whichever search came out best.
 - **Expected latency** is the traffic-weighted mean over the profile's values (at most
   :data:`MAX_VALUES` representatives, :meth:`ShapeProfile.representatives`).
 - **Search.** Candidate buckets: the profile's quantiles rounded up to a tileable value
@@ -89,11 +93,9 @@ PRIOR_FLOOR = 0.2  # without histories: tuning ends at 5x faster than the defaul
 PRIOR_TUNED_GFLOPS = 100.0
 PRIOR_TAU = 8.0  # ... reaching 63% of that gain in 8 trials
 # ... except a contraction whose default is at least JUMP_MIN x its roofline (a naive loop
-# nest): it jumps, and follows a log-scale curve (GainCurve.log) with this tau. Measured on
-# Hugging Face GPT-2 (17 matmul families, 64 trials each, 2-vCPU AMD EPYC): best / default
-# 1.0, 0.027, 0.019, 0.018 at trials 1-4, 0.013 at 32 (83% of the log gain at trial 2, 91%
-# at 3); this tau gives 76%, 94% and 99% of it at trials 2-4.
-JUMP_TAU = 0.7
+# nest): it jumps at its second trial (Hugging Face GPT-2, 17 matmul families, 64 trials
+# each: best / default 1.0, 0.027, 0.019, 0.018 at trials 1-4, 0.013 at 32), then closes in
+# on its floor as a contraction's search does (:data:`CONTRACTION_SEARCH`, GainCurve.log).
 JUMP_MIN = 10.0
 # ... except for kernels without a contraction, whose untuned code is not far off: measured
 # on the transformer block (2-core Xeon, 12-100 trials a task), layer norm ended at 0.39-0.97
@@ -107,14 +109,13 @@ GENERIC_CALL_SEC = 2e-6  # a generic kernel's time that does not scale with the 
 # rate (a roofline floor: an x[1, 256] @ W[256, 512] streams its 512 KB weight whatever the
 # schedule; measured on the 2-core VM, the MLP's b=1 kernels ran at about 30 GB/s).
 PRIOR_BYTES_PER_SEC = 20e9
-# How far one search's outcome strays from the curve, as the sd of log(best): measured on
-# the MLP over 5 seeds of one 48-trial job, a contraction's best after 16 records spread by
-# 0.19-0.36 (and one bucket's best ran 2x faster per row than its neighbour's). The curve
-# predicts the mean outcome; where the buckets of several searches can serve a value, the
-# dispatch runs whichever came out fastest, and the expected least of them is below each
-# one's mean (:meth:`Planner._best_of`). Kernels without a contraction gain 2x at most from
-# tuning: their searches differ far less (not measured: a guess at a fifth of that).
-SEARCH_SPREAD = {"contraction": 0.25, "reduction": 0.05, "injective": 0.05}
+# How far one search's outcome strays from the curve, as the sd of log(best), for kernels
+# without a contraction (a contraction's: :data:`CONTRACTION_SEARCH`, by its length). They
+# gain 2x at most from tuning: their searches differ far less (not measured: a guess at a
+# fifth of a long contraction search's). The curve predicts the mean outcome; where the
+# buckets of several searches can serve a value, the dispatch runs whichever came out
+# fastest, and the expected least of them is below each one's mean (:meth:`Planner._best_of`).
+SEARCH_SPREAD = {"reduction": 0.05, "injective": 0.05}
 SPREAD_SAMPLES = 64  # stratified draws per search for the expected least
 EVEN_FLOOR = 8  # trials per task the first split's weights assume at least (see split)
 MAX_CANDIDATES = 10
@@ -129,43 +130,100 @@ FLOOR_OF_REACHED = 0.5
 
 # ---------------------------------------------------------------------- the gain curve
 @dataclass(frozen=True)
+class SearchResidual:
+    """How far a contraction's search is from where it ends, by its length ``t`` (records,
+    the default schedule included): the best so far over the best the search reaches, a
+    lognormal of median ``at2 ** exp(-(t - 2) / tau)`` and sd of log
+    ``sd2 * exp(-(t - 2) / sd_tau)`` (its mean: the median times ``exp(sd ** 2 / 2)``).
+
+    Fitted to the MLP (``tune examples/mlp_dynamic.py --shape b=32,40,56 --trials 96``, seeds
+    0-4, 2-vCPU AMD EPYC; 30 task histories of 10-16 records, each best-so-far over the best
+    any seed reached for that task): median 3.05x after 2 records, 1.92x after 4, 1.58x
+    after 8, 1.17x after 12, 1.05x after 16 (this median: 3.05, 2.11, 1.40, 1.16, 1.07);
+    means 6.67x, 3.00x, 1.82x, 1.43x, 1.11x (this mean: 6.67, 3.59, 1.79, 1.30, 1.13); the
+    sd from mean / median, 1.25 after 2 records, 0.94 after 4, 0.53 after 8, 0.33 after 16
+    (and 0.19-0.36 over 5 seeds of a 48-trial job after 16). A short search is far from its
+    end and far from the next seed's."""
+
+    at2: float = 3.05
+    tau: float = 5.0
+    sd2: float = 1.25
+    sd_tau: float = 10.5
+
+    def median(self, t: float) -> float:
+        """The median best after ``t`` records over the search's end (``t < 2``: as 2)."""
+        return self.at2 ** math.exp(-(max(t, 2.0) - 2.0) / self.tau)
+
+    def spread(self, t: float) -> float:
+        """The sd of log(best) after ``t`` records (``t < 2``: as 2)."""
+        return self.sd2 * math.exp(-(max(t, 2.0) - 2.0) / self.sd_tau)
+
+    def mean(self, t: float) -> float:
+        """The mean best after ``t`` records over the search's end."""
+        return self.median(t) * math.exp(self.spread(t) ** 2 / 2.0)
+
+    def ahead(self, recorded: int, t: float) -> float:
+        """What a search at ``recorded`` records expects its best to become after ``t``:
+        the ratio of the medians (1 for ``t <= recorded``)."""
+        return self.median(max(t, recorded)) / self.median(recorded)
+
+
+CONTRACTION_SEARCH = SearchResidual()
+
+
+@dataclass(frozen=True)
 class GainCurve:
     """Predicted best / default after ``t`` trials (the default schedule is trial 1):
     ``floor + (1 - floor) * exp(-(t - 1) / tau)``, or where ``points`` are given (a kernel
     family's measured best / default after each trial), those, then from the last of them
-    a tail: ``tail_floor + (1 - tail_floor) * exp(-(t - n) / tau)`` of it."""
+    a tail: ``tail_floor + (1 - tail_floor) * exp(-(t - n) / tau)`` of it, or for a
+    contraction's family (``search_tail``) what its search still expects
+    (:meth:`SearchResidual.ahead`)."""
 
     floor: float
     tau: float
     source: str
     points: tuple[float, ...] = ()
     tail_floor: float = 1.0
-    # on a log scale, ``floor ** (1 - exp(-(t - 1) / tau))``: the jump of a contraction far
-    # from its roofline (most of the speed-up at the second trial, in orders of magnitude)
+    # the jump of a contraction far from its roofline: from the second trial, its floor
+    # times the mean of :data:`CONTRACTION_SEARCH` (most of the speed-up, in orders of
+    # magnitude, at the second trial; the rest as a contraction's search closes in)
     log: bool = False
+    search_tail: bool = False  # points continued by CONTRACTION_SEARCH, not tail_floor/tau
 
     def ratio(self, t: float) -> float:
         if t < 1:
             return 1.0
         if self.log:
-            return self.floor ** (1.0 - math.exp(-(t - 1) / self.tau))
+            return 1.0 if t < 2 else min(1.0, self.floor * CONTRACTION_SEARCH.mean(t))
         if self.points:
             n = len(self.points)
             if t <= n:
                 return self.points[max(round(t), 1) - 1]
+            if self.search_tail:
+                return self.points[-1] * CONTRACTION_SEARCH.ahead(n, t)
             left = self.tail_floor + (1.0 - self.tail_floor) * math.exp(-(t - n) / self.tau)
             return self.points[-1] * left
         return self.floor + (1.0 - self.floor) * math.exp(-(t - 1) / self.tau)
 
 
 # A task at or below its curve has made its jump; what is left comes slowly. Measured there
-# (the same runs): matmuls 1.5-2.6x more over the next 15-28 trials, softmax and layer norm
-# 1.03-1.05x: from its best, at most this much more, reaching 63% of it in 16 trials.
+# (the same runs): matmuls 1.5-2.6x more over the next 15-28 trials (a contraction's search
+# goes on as :data:`CONTRACTION_SEARCH`, by its length), softmax and layer norm 1.03-1.05x:
+# from its best, at most this much more, reaching 63% of it in 16 trials.
 TAIL_CURVES = {
-    "contraction": GainCurve(0.5, 16.0, "tail"),
     "reduction": GainCurve(0.9, 16.0, "tail"),
     "injective": GainCurve(0.9, 16.0, "tail"),
 }
+
+
+def tail_ratio(cls: str, recorded: int, t: float) -> float:
+    """What a task of kernel class ``cls`` past its jump, at ``recorded`` records, expects
+    its best to become after ``t`` records (a ratio to its best): a contraction's search
+    goes on closing in (:meth:`SearchResidual.ahead`), the others follow their slow tail."""
+    if cls not in TAIL_CURVES:
+        return CONTRACTION_SEARCH.ahead(recorded, t)
+    return TAIL_CURVES[cls].ratio(max(t, recorded) - recorded + 1)
 
 
 def _histories(
@@ -279,23 +337,27 @@ def fit_curves(db: TuneFarmDatabase, target: tvm.target.Target) -> Curves:
     by_family: dict[str, GainCurve] = {}
     for fam in sorted({f for f, _, _ in hist if f}):
         ratios = [r for f, _, r in hist if f == fam]
-        tail = TAIL_CURVES.get(next(c for f, c, _ in hist if f == fam), TAIL_CURVES["contraction"])
-        by_family[fam] = family_curve(ratios, tail, f"family, {len(ratios)} histories")
+        cls = next(c for f, c, _ in hist if f == fam)
+        by_family[fam] = family_curve(ratios, cls, f"family, {len(ratios)} histories")
     return Curves(overall, by_class, by_family)
 
 
-def family_curve(histories: list[list[float]], tail: GainCurve, source: str) -> GainCurve:
+def family_curve(histories: list[list[float]], cls: str, source: str) -> GainCurve:
     """A kernel family's own curve: at each trial count, the median over its histories
-    (buckets) of best / default, each history continued past its end by ``tail``; then
-    ``tail`` from there. A new bucket of the family is expected to go as its others went
-    (the exponential fitted to them promised a new bucket 2x better than any had reached)."""
+    (buckets) of best / default, each history continued past its end as a task of class
+    ``cls`` past its jump goes on (:func:`tail_ratio`); then the same from there. A new
+    bucket of the family is expected to go as its others went (the exponential fitted to
+    them promised a new bucket 2x better than any had reached)."""
     n = max(len(h) for h in histories)
     extended = [
-        [*h, *(h[-1] * tail.ratio(t - len(h) + 1) for t in range(len(h) + 1, n + 1))]
+        [*h, *(h[-1] * tail_ratio(cls, len(h), t) for t in range(len(h) + 1, n + 1))]
         for h in histories
     ]
     points = tuple(statistics.median(h[i] for h in extended) for i in range(n))
-    return GainCurve(points[-1], tail.tau, source, points=points, tail_floor=tail.floor)
+    if cls in TAIL_CURVES:
+        tail = TAIL_CURVES[cls]
+        return GainCurve(points[-1], tail.tau, source, points=points, tail_floor=tail.floor)
+    return GainCurve(points[-1], PRIOR_TAU, source, points=points, search_tail=True)
 
 
 # ---------------------------------------------------------------------- what is known
@@ -345,10 +407,13 @@ class TaskModel:
 
     def spread(self, t: int) -> float:
         """The sd of log(best) of the search ``t`` records would run (0: none to run, or
-        one already ran: its best is measured; :data:`SEARCH_SPREAD`)."""
+        one already ran: its best is measured; a contraction's by the search's length,
+        :data:`CONTRACTION_SEARCH`, the others' :data:`SEARCH_SPREAD`)."""
         if t < 2 or self.recorded >= 2:
             return 0.0
-        return SEARCH_SPREAD.get(self.cls, SEARCH_SPREAD["contraction"])
+        if self.cls in SEARCH_SPREAD:
+            return SEARCH_SPREAD[self.cls]
+        return CONTRACTION_SEARCH.spread(t)
 
     def time(self, t: int) -> float:
         """Predicted best time after ``t`` records in all (0: untuned, the default)."""
@@ -357,9 +422,8 @@ class TaskModel:
         if self.best_sec is not None and self.recorded >= 1:
             reached = self.best_sec / self.default_est if self.default_est else 1.0
             if self.recorded >= 2 and reached <= self.curve.ratio(self.recorded):
-                # at or ahead of its curve: the jump is behind it, only the slow tail is left
-                tail = TAIL_CURVES.get(self.cls, TAIL_CURVES["contraction"])
-                ratio = tail.ratio(max(t, self.recorded) - self.recorded + 1)
+                # at or ahead of its curve: the jump is behind it, its search goes on
+                ratio = tail_ratio(self.cls, self.recorded, t)
             else:
                 ratio = self.curve.ratio(max(t, self.recorded)) / self.curve.ratio(self.recorded)
             return min(self.best_sec, max(self.best_sec * ratio, self.floor_sec))
@@ -791,7 +855,7 @@ class Planner:
             if tm.cls == "contraction" and floor * JUMP_MIN <= 1.0:
                 # far from its roofline: the jump (a few trials reach most of the gain, so
                 # a bucket with two or three trials a task is worth having)
-                tm.curve = GainCurve(floor, JUMP_TAU, f"jump, {tm.curve.source}", log=True)
+                tm.curve = GainCurve(floor, PRIOR_TAU, f"jump, {tm.curve.source}", log=True)
                 continue
             # a curve fitted to other kernels' histories is as steep as theirs (matmuls whose
             # defaults ran 100x off jump in two trials); one near its roofline is not

@@ -853,8 +853,8 @@ class Planner:
             if tm.cls != "contraction":
                 floor = max(floor, tm.curve.floor)
             if tm.cls == "contraction" and floor * JUMP_MIN <= 1.0:
-                # far from its roofline: the jump (a few trials reach most of the gain, so
-                # a bucket with two or three trials a task is worth having)
+                # far from its roofline: the jump (the second trial reaches most of the
+                # gain in orders of magnitude, the rest comes as its search closes in)
                 tm.curve = GainCurve(floor, PRIOR_TAU, f"jump, {tm.curve.source}", log=True)
                 continue
             # a curve fitted to other kernels' histories is as steep as theirs (matmuls whose

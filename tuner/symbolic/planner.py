@@ -176,20 +176,17 @@ class GainCurve:
     """Predicted best / default after ``t`` trials (the default schedule is trial 1):
     ``floor + (1 - floor) * exp(-(t - 1) / tau)``, or where ``points`` are given (a kernel
     family's measured best / default after each trial), those, then from the last of them
-    a tail: ``tail_floor + (1 - tail_floor) * exp(-(t - n) / tau)`` of it, or for a
-    contraction's family (``search_tail``) what its search still expects
-    (:meth:`SearchResidual.ahead`)."""
+    what a task of kernel class ``tail`` past its jump expects (:func:`tail_ratio`)."""
 
     floor: float
     tau: float
     source: str
     points: tuple[float, ...] = ()
-    tail_floor: float = 1.0
+    tail: str = "contraction"  # the kernel class whose tail continues the points
     # the jump of a contraction far from its roofline: from the second trial, its floor
     # times the mean of :data:`CONTRACTION_SEARCH` (most of the speed-up, in orders of
     # magnitude, at the second trial; the rest as a contraction's search closes in)
     log: bool = False
-    search_tail: bool = False  # points continued by CONTRACTION_SEARCH, not tail_floor/tau
 
     def ratio(self, t: float) -> float:
         if t < 1:
@@ -200,10 +197,7 @@ class GainCurve:
             n = len(self.points)
             if t <= n:
                 return self.points[max(round(t), 1) - 1]
-            if self.search_tail:
-                return self.points[-1] * CONTRACTION_SEARCH.ahead(n, t)
-            left = self.tail_floor + (1.0 - self.tail_floor) * math.exp(-(t - n) / self.tau)
-            return self.points[-1] * left
+            return self.points[-1] * tail_ratio(self.tail, n, t)
         return self.floor + (1.0 - self.floor) * math.exp(-(t - 1) / self.tau)
 
 
@@ -354,10 +348,8 @@ def family_curve(histories: list[list[float]], cls: str, source: str) -> GainCur
         for h in histories
     ]
     points = tuple(statistics.median(h[i] for h in extended) for i in range(n))
-    if cls in TAIL_CURVES:
-        tail = TAIL_CURVES[cls]
-        return GainCurve(points[-1], tail.tau, source, points=points, tail_floor=tail.floor)
-    return GainCurve(points[-1], PRIOR_TAU, source, points=points, search_tail=True)
+    tau = TAIL_CURVES[cls].tau if cls in TAIL_CURVES else PRIOR_TAU
+    return GainCurve(points[-1], tau, source, points=points, tail=cls)
 
 
 # ---------------------------------------------------------------------- what is known

@@ -39,7 +39,7 @@ from database.records import (
     shash_of,
     workload_row_id,
 )
-from database.seeds import sibling_seeds
+from database.seeds import family_builds, sibling_seeds
 from database.storage import Storage
 from database.targets import TargetKey
 
@@ -233,6 +233,15 @@ class TuneFarmDatabase(PyDatabase):
         if wid is None or self.scope is None or limit <= 0:
             return []
         return sibling_seeds(self.storage, wid, mod, self.scope.key, limit, self._adapted)
+
+    def family_builds(self, mod: IRModule, limit: int = 256) -> list[tuple[str, float]]:
+        """Up to ``limit`` (trace JSON, compile seconds) of the records of ``mod``'s kernel
+        family on this database's target, newest first (:func:`database.seeds.family_builds`);
+        none without a target or a known workload."""
+        wid = self.workload_id(mod)
+        if wid is None or self.scope is None or limit <= 0:
+            return []
+        return family_builds(self.storage, wid, self.scope.key, limit)
 
     def get_all_tuning_records(self) -> list[TuningRecord]:
         def load(session: Session) -> list[tuple[RecordRow, str]]:

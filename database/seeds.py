@@ -87,3 +87,37 @@ def _adapt(trace_json: str, sibling: IRModule, mod: IRModule) -> Any:
     except Exception:
         return None
     return adapt_trace(trace, mod)
+
+
+def family_builds(
+    storage: Storage, wid: int, target_key: str, limit: int
+) -> list[tuple[str, float]]:
+    """What the builds of workload ``wid``'s kernel family took on ``target_key``: up to
+    ``limit`` of its records' (trace JSON, compile seconds), newest first, every bucket of
+    the family (``wid`` alone when it has none); records without a build time (imported,
+    measured before) and the untuned default are left out."""
+
+    def load(session: Session) -> list[tuple[str, float]]:
+        me = session.get(WorkloadRow, wid)
+        if me is None:
+            return []
+        same = (
+            WorkloadRow.family_shash == me.family_shash
+            if me.family_shash is not None
+            else WorkloadRow.id == wid
+        )
+        query = (
+            select(RecordRow.trace_json, RecordRow.build_sec)
+            .join(WorkloadRow, WorkloadRow.id == RecordRow.workload_id)
+            .where(
+                same,
+                RecordRow.target_key == target_key,
+                RecordRow.build_sec > 0,
+                RecordRow.trace_json != EMPTY_TRACE,
+            )
+            .order_by(RecordRow.id.desc())
+            .limit(limit)
+        )
+        return [(t, float(s)) for t, s in session.execute(query)]
+
+    return storage.run(load, write=False)

@@ -875,6 +875,7 @@ def _run_actor_search(
         "exchanged": stats.exchanged,
         "sibling_tasks": stats.sibling_tasks,
         "siblings": stats.siblings,
+        "prior_tasks": stats.prior_tasks,
         "actor_busy_sec": stats.actor_busy_sec,
         "wait_sec": stats.wait_sec,
         # candidates timed by their single runs alone, slower than their screen

@@ -14,6 +14,7 @@ from database import Measurement, Storage, TuneFarmDatabase, shash_of
 from database.transfer import bucket_distance, refit_tile
 from tests.conftest import matmul_mod
 from tuner.fastimport import preload_tensor_intrin
+from tuner.search.compile_cost import unroll_of, unroll_of_json
 
 
 def test_refit_tile_keeps_inner_factors_that_divide() -> None:
@@ -42,7 +43,15 @@ def test_bucket_distance_is_log2_steps_and_infinite_across_variables() -> None:
     ]
 
 
-def _store(db: TuneFarmDatabase, mod: tvm.IRModule, sch, target, sec: float, family) -> None:
+def _store(
+    db: TuneFarmDatabase,
+    mod: tvm.IRModule,
+    sch,
+    target,
+    sec: float,
+    family,
+    build_sec: float | None = None,
+) -> None:
     db.workload_id(mod, create=True, task_name="matmul", family=family)
     workload = db.commit_workload(mod)
     trace, _, _, args = TuningRecord(
@@ -56,6 +65,7 @@ def _store(db: TuneFarmDatabase, mod: tvm.IRModule, sch, target, sec: float, fam
             args_info_json=args,
             run_secs=[sec, sec],
             target=target,
+            build_sec=build_sec,
         )
     )
 
@@ -102,3 +112,30 @@ def test_sibling_buckets_seed_get_top_k(any_url: str, llvm_target) -> None:
     # another target's records never seed
     arm = tvm.target.Target({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "num-cores": 2})
     assert TuneFarmDatabase(Storage(any_url), arm, seeds=16).get_top_k(Workload(at48), 8) == []
+
+
+def test_family_builds_are_the_familys_recorded_compile_times(sqlite_url, llvm_target) -> None:
+    from tvm.s_tir import meta_schedule as ms
+
+    preload_tensor_intrin()
+    db = TuneFarmDatabase(Storage(sqlite_url), llvm_target)
+    at16, at48, other = matmul_mod(16, 64, 64), matmul_mod(48, 64, 64), matmul_mod(48, 32, 64)
+    limits = []
+    for seed, build in ((1, 0.5), (2, 0.25), (3, None)):  # the third: no build time (imported)
+        ctx = ms.TuneContext(
+            mod=at16, target=llvm_target, space_generator="post-order-apply", rand_state=seed
+        )
+        sch = ctx.space_generator.generate_design_space(at16)[0]
+        limits.append(unroll_of(sch.trace))
+        _store(db, at16, sch, llvm_target, 1e-6, ("fam", {"n": 16}), build_sec=build)
+    _store(db, other, sch, llvm_target, 1e-6, ("other", {"n": 48}), build_sec=9.0)
+    db.workload_id(at48, create=True, task_name="matmul", family=("fam", {"n": 48}))
+    # the family's builds at its other bucket, newest first, each trace's unroll limit readable
+    builds = db.family_builds(at48)
+    assert [sec for _, sec in builds] == [0.25, 0.5]
+    assert [unroll_of_json(t) for t, _ in builds] == [limits[1], limits[0]]
+    assert db.family_builds(at48, limit=1) == builds[:1]
+    assert [sec for _, sec in db.family_builds(other)] == [9.0]  # never another family's
+    arm = tvm.target.Target({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "num-cores": 2})
+    assert TuneFarmDatabase(Storage(sqlite_url), arm).family_builds(at48) == []
+    assert TuneFarmDatabase(Storage(sqlite_url)).family_builds(at48) == []  # no target

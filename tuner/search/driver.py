@@ -33,6 +33,7 @@ from database.errors import error_summary
 from tuner.errors import TuneFarmError
 from tuner.pipeline import Task
 from tuner.search.actor import LocalTaskError, RemoteSearchActor, ThreadSearchActor
+from tuner.search.compile_cost import unroll_of_json
 from tuner.search.scheduler import TaskProgress, next_task
 from tuner.search.task import GENERATIONS, Candidate, ModelSpec, TaskSpec, search_threads
 from workers.builder import RayBuilder
@@ -151,6 +152,8 @@ class SearchStats:
     # buckets of their kernel, and how many such schedules they were sent in all
     sibling_tasks: int = 0
     siblings: int = 0
+    # a compile-aware search's prior: tasks that began with their family's recorded builds
+    prior_tasks: int = 0
     actor_busy_sec: float = 0.0  # summed over actors: the search work done off the driver
     wait_sec: float = 0.0  # driver time blocked on actors
     events: list[str] = field(default_factory=list)
@@ -195,6 +198,7 @@ class ActorSearch:
         self._told: list[Any] = []  # results sent to the actors, their refits maybe running
         # the bucket exchange: seeds each task was sent (by trace), and how many mid-job
         self._seeded: list[set[str]] = [set() for _ in tasks]
+        self._priced: set[int] = set()  # tasks whose compile-aware search began with a prior
         self._exchanged = [0] * len(tasks)
 
     # ------------------------------------------------------------------ actors
@@ -251,7 +255,16 @@ class ActorSearch:
             seed=-1 if seed is None or seed < 0 else seed + task,
             seeds=tuple(seeds),
             compile_aware=self.plan.compile_aware,
+            compile_prior=self._compile_prior(task, mod) if self.plan.compile_aware else (),
         )
+
+    def _compile_prior(self, task: int, mod: Any) -> tuple[tuple[int, float], ...]:
+        """What the database's builds of ``mod``'s kernel family took, by unroll limit."""
+        prior = tuple((unroll_of_json(t), sec) for t, sec in self.db.family_builds(mod))
+        if prior:
+            self._priced.add(task)
+            self.stats.prior_tasks = len(self._priced)
+        return prior
 
     def _sibling_cap(self) -> int:
         """At most one in SIBLING_SHARE of a task's share of the job's trials."""

@@ -87,6 +87,9 @@ class TaskSpec:
     # the most of the model's rank per expected compile second (tuner.search.compile_cost);
     # off (the default): the model's first per_round, as MetaSchedule measures them
     compile_aware: bool = False
+    # a compile-aware search's prior: what its kernel family's recorded builds took,
+    # (unroll limit, seconds) each (CompileCosts.prior), so its first round is priced too
+    compile_prior: tuple[tuple[int, float], ...] = ()
 
 
 class TaskSearch:
@@ -125,7 +128,8 @@ class TaskSearch:
         # sent mid-job (:meth:`seed`, leading the next round)
         self._first = self._seeded(spec.seeds, set())
         self._extra: dict[str, Any] = {}
-        self.costs = CompileCosts()  # the task's compile seconds by unroll limit
+        # the task's compile seconds by unroll limit, from the family's recorded builds first
+        self.costs = CompileCosts.from_prior(spec.compile_prior)
 
     def _seeded(self, seeds: tuple[Any, ...], skip: set[str]) -> dict[str, Any]:
         """The seeds as measure candidates by module hash, post-processed as the search's own

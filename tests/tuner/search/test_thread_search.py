@@ -72,6 +72,11 @@ def test_a_thread_search_job_searches_beside_its_builds_and_stops_its_thread(
     assert task.best_sec is not None and task.best_sec <= task.baseline_sec
     db = TuneFarmDatabase(Storage(sqlite_url))
     assert db.count_records(summary_mod(model, llvm_target), llvm_target) == 12
+    assert search["prior_tasks"] == 0  # nothing built before
+    if compile_aware:  # a second job's search starts from the first one's build times
+        # (--trials counts the records already there: 4 more)
+        again = tune(model.mod, llvm_target, Storage(sqlite_url), replace(config, trials=16))
+        assert again.search["prior_tasks"] == 1 and again.trials_measured == 4
     assert not _search_threads()
 
 

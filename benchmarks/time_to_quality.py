@@ -577,6 +577,10 @@ def summarize(runs: list[RunResult], scaled: bool = True) -> dict[str, Any]:
         for level in LEVELS:
             entry[f"to_{round(level * 100)}"] = _time_to(mine, best / level)
         out["variants"][variant] = entry
+    for name, entry in out["variants"].items():
+        cold = cold_counterpart(name)
+        if name in WARM_VARIANTS and cold in out["variants"]:
+            entry["wall_vs_cold"] = wall_vs_cold(runs, name, cold)
     stock = out["variants"].get("stock")
     if stock:
         # what a user would otherwise get: stock's median final latency, and how soon each
@@ -601,6 +605,24 @@ def summarize(runs: list[RunResult], scaled: bool = True) -> dict[str, Any]:
             entry["vs_stock"] = ratios
             entry["head_to_head"] = head_to_head(runs, name)
     return out
+
+
+def wall_vs_cold(runs: list[RunResult], warm: str, cold: str) -> dict[str, Any]:
+    """A warm variant's wall time over its cold counterpart's: the ratio of their medians, and
+    the ratios seed by seed with their quartiles (the seeds run interleaved, so the two runs
+    of a seed share the machine's drift; one slow run moves a ratio of medians more)."""
+    walls = {(r.variant, r.seed): r.wall_sec for r in runs}
+    mine = [r.wall_sec for r in runs if r.variant == warm]
+    theirs = [r.wall_sec for r in runs if r.variant == cold]
+    paired = [
+        sec / walls[(cold, seed)]
+        for (variant, seed), sec in walls.items()
+        if variant == warm and walls.get((cold, seed))
+    ]
+    return {
+        "ratio": statistics.median(mine) / statistics.median(theirs),
+        "paired": _quartiles(paired) if paired else None,
+    }
 
 
 def head_to_head(runs: list[RunResult], variant: str, level: float = LEVELS[0]) -> dict[str, Any]:
@@ -704,12 +726,7 @@ def table(results: dict[str, Any]) -> str:
             retimed = _fmt(e["retimed_sec"], "us") if "retimed_sec" in e else "-"
             share = f"{e['search_share']['median']:.0%}" if "search_share" in e else "-"
             busy = f"{e['device_busy']['median']:.0%}" if "device_busy" in e else "-"
-            cold = res["summary"]["variants"].get(cold_counterpart(variant))
-            vs_cold = (
-                f"{e['wall_sec']['median'] / cold['wall_sec']['median']:.2f}x"
-                if cold and variant in WARM_VARIANTS and cold["wall_sec"]["median"] and not by_wall
-                else "-"
-            )
+            vs_cold = "-" if by_wall else _wall_vs_cold_cell(e, res["summary"]["variants"], variant)
             trials = f"{statistics.median(e['trials']):g}" if e.get("trials") else "-"
             lines.append(
                 f"| {workload} | {variant} | {_fmt(e['to_90'])} ({e['to_90']['reached']}) | "
@@ -719,6 +736,23 @@ def table(results: dict[str, Any]) -> str:
                 f"{_head_to_head_cell(e)} | {final_ratio} | {vs_cold} |"
             )
     return "\n".join(lines)
+
+
+def _wall_vs_cold_cell(e: dict[str, Any], variants: dict[str, Any], variant: str) -> str:
+    """A warm variant's wall time over its cold counterpart's: the ratio of medians, and the
+    median [quartiles] of the seed-by-seed ratios (summaries written before them: the first
+    alone)."""
+    vs = e.get("wall_vs_cold")
+    if vs is None:  # an older summary: the ratio of medians from the table's own figures
+        cold = variants.get(cold_counterpart(variant))
+        if not (cold and variant in WARM_VARIANTS and cold["wall_sec"]["median"]):
+            return "-"
+        return f"{e['wall_sec']['median'] / cold['wall_sec']['median']:.2f}x"
+    paired = vs.get("paired")
+    cell = f"{vs['ratio']:.2f}x"
+    if paired:
+        cell += f"; by seed {paired['median']:.2f}x [{paired['q1']:.2f}-{paired['q3']:.2f}]"
+    return cell
 
 
 def _to_stock_cell(e: dict[str, Any]) -> str:
@@ -845,7 +879,9 @@ def write_report(results: dict[str, Any], results_file: Path, report: Path) -> N
         "budget left. Wall vs cold: a warm variant's median wall time over its cold "
         "counterpart's (the same search settings without the history: `tunefarm-warm-g4` "
         "over `tunefarm-g4`, the others over `tunefarm`), at the same trials (none when the "
-        "budget is wall time). Head to head: the variant's median time to 90% of the best "
+        "budget is wall time), then by seed: the median [quartiles] of each seed's warm run "
+        "over its cold run (interleaved, they share the machine's drift). Head to head: the "
+        "variant's median time to 90% of the best "
         "latency of its and stock's runs only, over stock's (how many runs of each reached "
         "it): a history can set a bar in the first column that no cold run reaches in "
         "stock's time. Trials: the median of the runs' measured candidates. To "

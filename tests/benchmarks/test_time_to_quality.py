@@ -61,13 +61,31 @@ def test_table_reports_device_busy_and_a_warm_run_against_the_cold_one() -> None
         line.split(" | ")[1]: line
         for line in table({"workloads": {"w": {"summary": summary}}}).splitlines()[2:]
     }
-    warm_row = "| 8 | 8% | 70% | 0.25x | 0.25x (1/1 vs 1/1) | - | 1.20x |"
+    warm_row = "| 0.25x | 0.25x (1/1 vs 1/1) | - | 1.20x; by seed 1.20x [1.20-1.20] |"
     assert rows["tunefarm-warm"].endswith(warm_row)
+    # a summary written before the seed-by-seed ratio: the ratio of medians alone
+    del summary["variants"]["tunefarm-warm"]["wall_vs_cold"]
+    old = table({"workloads": {"w": {"summary": summary}}}).splitlines()[3]
+    assert old.endswith("| - | 1.20x |")
     assert rows["tunefarm"].endswith("| 8 | 10% | 50% | 0.50x | 0.50x (1/1 vs 1/1) | - | - |")
     assert rows["stock"].endswith("| 8 | - | - | - | - | - | - |")
     # at equal wall time a warm job's wall over the cold one's says nothing
     wall = table({"budget": "wall", "workloads": {"w": {"summary": summary}}})
     assert wall.splitlines()[3].endswith("| 0.25x | 0.25x (1/1 vs 1/1) | - | - |")
+
+
+def test_a_warm_variants_wall_time_is_compared_with_the_cold_one_seed_by_seed() -> None:
+    walls = {"tunefarm": (40.0, 44.0, 56.0), "tunefarm-warm": (44.0, 40.0, 50.0, 90.0)}
+    runs = [
+        RunResult("w", variant, seed, wall, 8, [(1.0, 10.0)], {"search": 1.0})
+        for variant, secs in walls.items()
+        for seed, wall in enumerate(secs)
+    ]
+    vs = summarize(runs)["variants"]["tunefarm-warm"]["wall_vs_cold"]
+    assert vs["ratio"] == pytest.approx(47.0 / 44.0)  # medians: one slow warm run moves it
+    # seeds 0-2 only (seed 3 has no cold run): 1.1, 0.909, 0.893
+    assert vs["paired"]["median"] == pytest.approx(40.0 / 44.0)
+    assert vs["paired"]["q1"] < vs["paired"]["median"] < vs["paired"]["q3"] < 1.1
 
 
 def test_wall_budget_runs_stock_first_and_needs_it() -> None:

@@ -11,9 +11,11 @@ unrolled schedules are often the fastest, proposed them for 31% of its candidate
 most rank weight per expected compile second (:func:`pick`), the expected seconds learnt from
 the task's own builds by unroll limit (:class:`CompileCosts`), and before its first build from
 the builds its kernel family's records in the database took (``TaskSpec.compile_prior``), so
-the first round is priced too. Opt-in: at the same trials it
-took a warm QKV job to 0.90x the wall time at the same final latency, and gained nothing on
-the MLP or the transformer block (the MLP's warm finals re-timed 1.12x slower).
+the first round is priced too. Opt-in: at the same trials it took a warm QKV job to 0.90x
+the wall time at the same final latency on a Xeon, and gained nothing on the MLP or the
+transformer block (the MLP's warm finals re-timed 1.12x slower); priced from the history, on
+an AMD EPYC where warm and cold jobs already took the same time, it changed no wall time and
+no final (docs/time-to-quality.md).
 """
 
 from __future__ import annotations

@@ -52,8 +52,10 @@ The history of a workload (:data:`HISTORIES`) holds other shapes and other kerne
 measured buckets themselves: the same model tuned at other buckets and another model, each by a
 cold TuneFarm job of ``--trials-per-task`` per task, built once per workload before the seeds
 and outside every variant's wall time (a teammate's earlier work). Each warm run tunes into its
-own copy of it. ``--history-trials-per-task`` sets how deep the teammate tuned (default: as deep
-as ``--trials-per-task``; with ``--budget wall`` a TuneFarm job ends at up to
+own copy of it. With ``--history-per-seed`` each seed builds its own (its cold jobs seeded by
+the seed): one history's luck then weighs on one seed's warm runs, not on all of them.
+``--history-trials-per-task`` sets how deep the teammate tuned (default: as deep as
+``--trials-per-task``; with ``--budget wall`` a TuneFarm job ends at up to
 :data:`WALL_TRIALS_FACTOR` times that, so ``--history-trials-per-task 64`` at 16 is a teammate
 who ran the same job at other shapes).
 
@@ -409,9 +411,12 @@ def retime(
     return out
 
 
-def build_history(workload: str, target: Any, trials_per_task: int, tmp: Path) -> Path:
+def build_history(
+    workload: str, target: Any, trials_per_task: int, tmp: Path, seed: int = 0
+) -> Path:
     """The team history of ``workload`` (:data:`HISTORIES`): each of its models tuned by a
-    cold TuneFarm job into one SQLite file, with the cost-model snapshot the next job reads."""
+    cold TuneFarm job into one SQLite file, with the cost-model snapshot the next job reads;
+    ``seed`` seeds those jobs (0: the history of a run that builds one for every seed)."""
     from database import Storage, TargetKey
     from tuner.cost_model.ranker import RankerParams
     from tuner.cost_model.warm import base_model
@@ -424,7 +429,10 @@ def build_history(workload: str, target: Any, trials_per_task: int, tmp: Path) -
     for i, (rel, buckets) in enumerate(HISTORIES[workload]):
         n_tasks = len(_bucket_tasks(ROOT / rel, target, buckets))
         config = TuneConfig(
-            trials=n_tasks * trials_per_task, seed=1000 + i, measure=_measure(), warm_start=False
+            trials=n_tasks * trials_per_task,
+            seed=1000 + 100 * seed + i,
+            measure=_measure(),
+            warm_start=False,
         )
         tune(
             load_model(ROOT / rel).mod,
@@ -437,6 +445,17 @@ def build_history(workload: str, target: Any, trials_per_task: int, tmp: Path) -
     # what the first teammate's warm job leaves behind for the next: the base model's snapshot
     base_model(storage, TargetKey.of(target), RankerParams(nthread=os.cpu_count() or 1))
     storage.dispose()
+    return path
+
+
+def _history(
+    console: Any, workload: str, target: Any, trials_per_task: int, tmp: Path, seed: int = 0
+) -> Path:
+    """:func:`build_history`, saying what it builds and how long it took."""
+    console.print(f"[bold]{workload}[/bold] history (seed {seed}): {HISTORIES[workload]}")
+    started = time.time()
+    path = build_history(workload, target, trials_per_task, tmp, seed)
+    console.print(f"  built in {time.time() - started:.1f} s")
     return path
 
 
@@ -899,8 +918,12 @@ def write_report(results: dict[str, Any], results_file: Path, report: Path) -> N
             )
             lines.append(
                 f"- {workload}: the warm runs start from a copy of a history of {shapes} "
-                f"(cold jobs of {hist_trials} trials per task, built before "
-                "the seeds)"
+                f"(cold jobs of {hist_trials} trials per task, "
+                + (
+                    "one built before each seed)"
+                    if results.get("history_per_seed")
+                    else "built before the seeds)"
+                )
             )
     lines.append("")
     for workload, res in results["workloads"].items():
@@ -935,6 +958,11 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=None,
         help="trials per task of the history's cold jobs (default: --trials-per-task)",
+    )
+    parser.add_argument(
+        "--history-per-seed",
+        action="store_true",
+        help="build the warm runs' history anew for each seed (default: once per workload)",
     )
     parser.add_argument(
         "--summarize",
@@ -987,6 +1015,7 @@ def main(argv: list[str] | None = None) -> int:
         "seeds": args.seeds,
         "trials_per_task": args.trials_per_task,
         "history_trials_per_task": args.history_trials_per_task,
+        "history_per_seed": args.history_per_seed,
         "budget": args.budget,
         "workloads": {},
     }
@@ -999,11 +1028,9 @@ def main(argv: list[str] | None = None) -> int:
             n_tasks = len(weights)
             trials = n_tasks * args.trials_per_task
             history = None
-            if any(v in WARM_VARIANTS for v in args.variants):
-                console.print(f"[bold]{workload}[/bold] history: {HISTORIES[workload]}")
-                started = time.time()
-                history = build_history(workload, target, args.history_trials_per_task, tmp)
-                console.print(f"  built in {time.time() - started:.1f} s")
+            warm = any(v in WARM_VARIANTS for v in args.variants)
+            if warm and not args.history_per_seed:
+                history = _history(console, workload, target, args.history_trials_per_task, tmp)
             runs: list[RunResult] = []
             schedules: list[list[Any]] = []
             # the round size of a TuneFarm job of ``trials`` (TuneConfig's default cap): stock's
@@ -1011,6 +1038,10 @@ def main(argv: list[str] | None = None) -> int:
             per_iter = trials_per_round(TuneConfig.trials_per_iter, trials, n_tasks)
             # seeds outermost, variants interleaved: drift in the machine hits every variant
             for seed in range(args.seeds):
+                if warm and args.history_per_seed:  # outside every variant's wall time
+                    history = _history(
+                        console, workload, target, args.history_trials_per_task, tmp, seed
+                    )
                 stock_wall = None
                 for variant in args.variants:
                     timed = args.budget == "wall" and not variant.startswith("stock")

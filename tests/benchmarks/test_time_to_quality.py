@@ -249,6 +249,13 @@ def test_the_report_is_a_section_that_keeps_the_rest_of_its_file(tmp_path) -> No
     fresh = tmp_path / "new.md"  # no file yet: the section alone
     write_report(results, tmp_path / "r.json", fresh)
     assert fresh.read_text().startswith(BEGIN)
+    # where the warm runs' history came from: once for the run, or one for each seed
+    results["workloads"]["w"]["history"] = [["examples/mlp_dynamic.py", {"b": [16]}]]
+    for per_seed, says in ((False, "built before the seeds"), (True, "one built before each")):
+        write_report(results | {"history_per_seed": per_seed}, tmp_path / "r.json", fresh)
+        assert f"`examples/mlp_dynamic.py` at b=[16] (cold jobs of 8 trials per task, {says}" in (
+            fresh.read_text()
+        )
 
 
 def test_times_are_also_given_on_the_re_timed_scale() -> None:

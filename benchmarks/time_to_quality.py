@@ -80,7 +80,7 @@ median curve with its interquartile band per variant. A ratio whose runs spread 
     python -m benchmarks time-to-quality [--workloads mlp qkv transformer] [--seeds 5]
         [--trials-per-task 64] [--variants tunefarm tunefarm-warm stock [stock-long]]
         [--budget wall]
-        [--history-trials-per-task 64]
+        [--history-trials-per-task 64] [--history-per-seed]
     python -m benchmarks time-to-quality --summarize RESULTS.json [--report REPORT.md]
 
 ``--budget trials`` (the default) gives every variant the same trials. ``--budget wall`` gives

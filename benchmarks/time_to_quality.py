@@ -50,10 +50,12 @@ settings, from nothing:
 
 The history of a workload (:data:`HISTORIES`) holds other shapes and other kernels, never the
 measured buckets themselves: the same model tuned at other buckets and another model, each by a
-cold TuneFarm job of ``--trials-per-task`` per task, built once per workload before the seeds
-and outside every variant's wall time (a teammate's earlier work). Each warm run tunes into its
-own copy of it. With ``--history-per-seed`` each seed builds its own (its cold jobs seeded by
-the seed): one history's luck then weighs on one seed's warm runs, not on all of them.
+cold TuneFarm job of ``--trials-per-task`` per task, built before each seed (its cold jobs
+seeded by the seed) and outside every variant's wall time (a teammate's earlier work). Each
+warm run tunes into its own copy of it. One history's luck then weighs on one seed's warm runs:
+with one history for the run (``--no-history-per-seed``, what every run before 2026-12-02
+did), a history whose best schedules refit poorly held back all five warm seeds alike (QKV's
+warm finals 1.13x stock's latency against 0.81x with a history per seed, the same hour).
 ``--history-trials-per-task`` sets how deep the teammate tuned (default: as deep as
 ``--trials-per-task``; with ``--budget wall`` a TuneFarm job ends at up to
 :data:`WALL_TRIALS_FACTOR` times that, so ``--history-trials-per-task 64`` at 16 is a teammate
@@ -80,7 +82,7 @@ median curve with its interquartile band per variant. A ratio whose runs spread 
     python -m benchmarks time-to-quality [--workloads mlp qkv transformer] [--seeds 5]
         [--trials-per-task 64] [--variants tunefarm tunefarm-warm stock [stock-long]]
         [--budget wall]
-        [--history-trials-per-task 64] [--history-per-seed]
+        [--history-trials-per-task 64] [--no-history-per-seed]
     python -m benchmarks time-to-quality --summarize RESULTS.json [--report REPORT.md]
 
 ``--budget trials`` (the default) gives every variant the same trials. ``--budget wall`` gives
@@ -941,7 +943,8 @@ def write_report(results: dict[str, Any], results_file: Path, report: Path) -> N
     report.write_text(text)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmarks time-to-quality``."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks time-to-quality")
     parser.add_argument("--workloads", nargs="+", default=["mlp"], choices=list(WORKLOADS))
     parser.add_argument("--variants", nargs="+", default=list(DEFAULT_VARIANTS), choices=VARIANTS)
@@ -961,8 +964,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--history-per-seed",
-        action="store_true",
-        help="build the warm runs' history anew for each seed (default: once per workload)",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="build the warm runs' history anew for each seed (the default), or once per "
+        "workload (--no-history-per-seed: one history's luck in every warm run)",
     )
     parser.add_argument(
         "--summarize",
@@ -978,6 +983,11 @@ def main(argv: list[str] | None = None) -> int:
         default=ROOT / "docs" / "performance.md",
         help="Markdown file whose time-to-quality section the run writes (the rest is kept)",
     )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.summarize is not None:
         return resummarize(args.summarize, args.report)

@@ -95,6 +95,13 @@ def test_wall_budget_runs_stock_first_and_needs_it() -> None:
         main(["--budget", "wall", "--variants", "tunefarm", "--seeds", "0"])
 
 
+def test_a_history_is_built_for_each_seed_unless_asked_for_one() -> None:
+    from benchmarks.time_to_quality import build_parser
+
+    assert build_parser().parse_args([]).history_per_seed is True
+    assert build_parser().parse_args(["--no-history-per-seed"]).history_per_seed is False
+
+
 def test_history_depth_is_validated() -> None:
     from benchmarks.time_to_quality import main
 

@@ -418,7 +418,8 @@ def build_history(
 ) -> Path:
     """The team history of ``workload`` (:data:`HISTORIES`): each of its models tuned by a
     cold TuneFarm job into one SQLite file, with the cost-model snapshot the next job reads;
-    ``seed`` seeds those jobs (0: the history of a run that builds one for every seed)."""
+    ``seed`` offsets their seeds (seed 0's history is also a run's one history under
+    ``--no-history-per-seed``)."""
     from database import Storage, TargetKey
     from tuner.cost_model.ranker import RankerParams
     from tuner.cost_model.warm import base_model

@@ -629,22 +629,18 @@ def summarize(runs: list[RunResult], scaled: bool = True) -> dict[str, Any]:
     return out
 
 
-def wall_vs_cold(runs: list[RunResult], warm: str, cold: str) -> dict[str, Any]:
-    """A warm variant's wall time over its cold counterpart's: the ratio of their medians, and
-    the ratios seed by seed with their quartiles (the seeds run interleaved, so the two runs
-    of a seed share the machine's drift; one slow run moves a ratio of medians more)."""
+def wall_vs_cold(runs: list[RunResult], warm: str, cold: str) -> dict[str, Any] | None:
+    """A warm variant's wall time over its cold counterpart's, seed by seed: the median and
+    quartiles of the ratios of the two runs of each seed (the seeds run interleaved, so the
+    two runs of a seed share the machine's drift, where one slow run moves a ratio of
+    medians); None when no seed ran both."""
     walls = {(r.variant, r.seed): r.wall_sec for r in runs}
-    mine = [r.wall_sec for r in runs if r.variant == warm]
-    theirs = [r.wall_sec for r in runs if r.variant == cold]
     paired = [
         sec / walls[(cold, seed)]
         for (variant, seed), sec in walls.items()
         if variant == warm and walls.get((cold, seed))
     ]
-    return {
-        "ratio": statistics.median(mine) / statistics.median(theirs),
-        "paired": _quartiles(paired) if paired else None,
-    }
+    return _quartiles(paired) if paired else None
 
 
 def head_to_head(runs: list[RunResult], variant: str, level: float = LEVELS[0]) -> dict[str, Any]:
@@ -761,17 +757,13 @@ def table(results: dict[str, Any]) -> str:
 
 
 def _wall_vs_cold_cell(e: dict[str, Any], variants: dict[str, Any], variant: str) -> str:
-    """A warm variant's wall time over its cold counterpart's: the ratio of medians, and the
-    median [quartiles] of the seed-by-seed ratios (summaries written before them: the first
-    alone)."""
-    vs = e.get("wall_vs_cold")
-    if vs is None:  # an older summary: the ratio of medians from the table's own figures
-        cold = variants.get(cold_counterpart(variant))
-        if not (cold and variant in WARM_VARIANTS and cold["wall_sec"]["median"]):
-            return "-"
-        return f"{e['wall_sec']['median'] / cold['wall_sec']['median']:.2f}x"
-    paired = vs.get("paired")
-    cell = f"{vs['ratio']:.2f}x"
+    """A warm variant's wall time over its cold counterpart's: the ratio of their medians,
+    and the median [quartiles] of the seed-by-seed ratios (:func:`wall_vs_cold`)."""
+    cold = variants.get(cold_counterpart(variant))
+    if not (cold and variant in WARM_VARIANTS and cold["wall_sec"]["median"]):
+        return "-"
+    cell = f"{e['wall_sec']['median'] / cold['wall_sec']['median']:.2f}x"
+    paired = e.get("wall_vs_cold")
     if paired:
         cell += f"; by seed {paired['median']:.2f}x [{paired['q1']:.2f}-{paired['q3']:.2f}]"
     return cell

@@ -115,7 +115,10 @@ PRIOR_BYTES_PER_SEC = 20e9
 # fifth of a long contraction search's). The curve predicts the mean outcome; where the
 # buckets of several searches can serve a value, the dispatch runs whichever came out
 # fastest, and the expected least of them is below each one's mean (:meth:`Planner._best_of`).
-SEARCH_SPREAD = {"reduction": 0.05, "injective": 0.05}
+# The kernel classes whose searches are not a contraction's (:data:`CONTRACTION_SEARCH`):
+# each has its own spread (here) and slow tail (:data:`TAIL_CURVES`).
+NON_CONTRACTION = ("reduction", "injective")
+SEARCH_SPREAD = dict.fromkeys(NON_CONTRACTION, 0.05)
 SPREAD_SAMPLES = 64  # stratified draws per search for the expected least
 EVEN_FLOOR = 8  # trials per task the first split's weights assume at least (see split)
 MAX_CANDIDATES = 10
@@ -205,17 +208,14 @@ class GainCurve:
 # (the same runs): matmuls 1.5-2.6x more over the next 15-28 trials (a contraction's search
 # goes on as :data:`CONTRACTION_SEARCH`, by its length), softmax and layer norm 1.03-1.05x:
 # from its best, at most this much more, reaching 63% of it in 16 trials.
-TAIL_CURVES = {
-    "reduction": GainCurve(0.9, 16.0, "tail"),
-    "injective": GainCurve(0.9, 16.0, "tail"),
-}
+TAIL_CURVES = {cls: GainCurve(0.9, 16.0, "tail") for cls in NON_CONTRACTION}
 
 
 def tail_ratio(cls: str, recorded: int, t: float) -> float:
     """What a task of kernel class ``cls`` past its jump, at ``recorded`` records, expects
     its best to become after ``t`` records (a ratio to its best): a contraction's search
     goes on closing in (:meth:`SearchResidual.ahead`), the others follow their slow tail."""
-    if cls not in TAIL_CURVES:
+    if cls not in NON_CONTRACTION:
         return CONTRACTION_SEARCH.ahead(recorded, t)
     return TAIL_CURVES[cls].ratio(max(t, recorded) - recorded + 1)
 
@@ -348,8 +348,8 @@ def family_curve(histories: list[list[float]], cls: str, source: str) -> GainCur
         for h in histories
     ]
     points = tuple(statistics.median(h[i] for h in extended) for i in range(n))
-    tau = TAIL_CURVES[cls].tau if cls in TAIL_CURVES else PRIOR_TAU
-    return GainCurve(points[-1], tau, source, points=points, tail=cls)
+    # a curve of points never reads its tau (the planner's roofline pass skips families too)
+    return GainCurve(points[-1], PRIOR_TAU, source, points=points, tail=cls)
 
 
 # ---------------------------------------------------------------------- what is known

@@ -452,7 +452,7 @@ def build_history(
 
 
 def _history(
-    console: Any, workload: str, target: Any, trials_per_task: int, tmp: Path, seed: int = 0
+    console: Any, workload: str, target: Any, trials_per_task: int, tmp: Path, seed: int
 ) -> Path:
     """:func:`build_history`, saying what it builds and how long it took."""
     console.print(f"[bold]{workload}[/bold] history (seed {seed}): {HISTORIES[workload]}")
@@ -1032,8 +1032,6 @@ def main(argv: list[str] | None = None) -> int:
             trials = n_tasks * args.trials_per_task
             history = None
             warm = any(v in WARM_VARIANTS for v in args.variants)
-            if warm and not args.history_per_seed:
-                history = _history(console, workload, target, args.history_trials_per_task, tmp)
             runs: list[RunResult] = []
             schedules: list[list[Any]] = []
             # the round size of a TuneFarm job of ``trials`` (TuneConfig's default cap): stock's
@@ -1041,7 +1039,8 @@ def main(argv: list[str] | None = None) -> int:
             per_iter = trials_per_round(TuneConfig.trials_per_iter, trials, n_tasks)
             # seeds outermost, variants interleaved: drift in the machine hits every variant
             for seed in range(args.seeds):
-                if warm and args.history_per_seed:  # outside every variant's wall time
+                # outside every variant's wall time: one for each seed, or seed 0's for all
+                if warm and (args.history_per_seed or history is None):
                     history = _history(
                         console, workload, target, args.history_trials_per_task, tmp, seed
                     )

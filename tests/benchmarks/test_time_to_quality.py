@@ -65,8 +65,8 @@ def test_table_reports_device_busy_and_a_warm_run_against_the_cold_one() -> None
     assert rows["tunefarm-warm"].endswith(warm_row)
     # no seed ran both: the ratio of medians alone
     summary["variants"]["tunefarm-warm"]["wall_vs_cold"] = None
-    old = table({"workloads": {"w": {"summary": summary}}}).splitlines()[3]
-    assert old.endswith("| - | 1.20x |")
+    unpaired = table({"workloads": {"w": {"summary": summary}}}).splitlines()[3]
+    assert unpaired.endswith("| - | 1.20x |")
     assert rows["tunefarm"].endswith("| 8 | 10% | 50% | 0.50x | 0.50x (1/1 vs 1/1) | - | - |")
     assert rows["stock"].endswith("| 8 | - | - | - | - | - | - |")
     # at equal wall time a warm job's wall over the cold one's says nothing

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import cpu_of
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 INDEX = RESULTS / "INDEX.md"
@@ -28,6 +30,9 @@ INDEX = RESULTS / "INDEX.md"
 LINK = re.compile(r"benchmarks/results/([A-Za-z0-9][A-Za-z0-9._-]*\.(?:json|png))")
 ROW = re.compile(r"^\| `([^`]+)` \|")
 DATE = re.compile(r"^(\d{4}-\d{2}-\d{2})")
+# the Hugging Face models of examples/export_hf_models.py and the axis their --shape names
+HF_AXES = {"bert": "input_ids.1", "gpt2": "input_ids.1", "vit": "pixel_values.0"}
+HF_EXPORT = "python examples/export_hf_models.py /tmp/hf"
 
 
 @dataclass(frozen=True)
@@ -94,19 +99,22 @@ def _json_for(name: str, results: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def host_cpu(data: dict[str, Any]) -> str:
-    """The CPU the machine fingerprint names (or the GPU device), else ``not recorded``."""
-    machine = data.get("machine")
+def host_cpu(data: dict[str, Any], name: str = "") -> str:
+    """The CPU the machine fingerprint names (or the GPU device), else ``not recorded`` with
+    the host the file's name gives (``<date>-<host>-...``)."""
+    host = data.get("host")
     for value in (
-        machine.get("cpu") if isinstance(machine, dict) else machine,
+        cpu_of(data.get("machine")),
         data.get("cpu"),
         data.get("device"),
+        host if isinstance(host, str) and "|" in host else None,
     ):
         if isinstance(value, str) and value:
             return value.replace("|", "/")
         if isinstance(value, dict) and value.get("name"):
             return str(value["name"]).replace("|", "/")
-    return "not recorded"
+    parts = DATE.sub("", name).lstrip("-").split("-")
+    return f"not recorded (host `{parts[0]}`)" if name and parts[0] else "not recorded"
 
 
 def _git(*args: str, root: Path = ROOT) -> str:
@@ -122,13 +130,6 @@ def commit_of(name: str, data: dict[str, Any], root: Path = ROOT) -> str:
     path = Path("benchmarks") / "results" / name
     added = _git("log", "--diff-filter=A", "--format=%h", "--", str(path), root=root)
     return f"{added.splitlines()[-1]} (added)" if added else "not committed yet"
-
-
-def _first(data: dict[str, Any], key: str) -> Any:
-    results = data.get("results")
-    if isinstance(results, list) and results and isinstance(results[0], dict):
-        return results[0].get(key)
-    return None
 
 
 def benchmark_and_command(name: str, data: dict[str, Any]) -> tuple[str, str]:
@@ -154,22 +155,32 @@ def benchmark_and_command(name: str, data: dict[str, Any]) -> tuple[str, str]:
         if isinstance(data.get("seeds"), list):
             cmd += " --seeds " + " ".join(str(s) for s in data["seeds"])
         return "bucket planner", cmd
+    if "gpu-prebuilt" in name:
+        return "GPU, untuned vs cuBLAS", "python -m benchmarks.gpu_prebuilt"
     if "gpu" in name or "h100" in name or "h200" in name:
         model = data.get("model", "MODEL")
         return (
             "GPU tuning",
             f"python -m benchmarks.gpu_tune {model} --trials {data.get('trials', 64)}",
         )
-    if "-bench-" in name:
-        shape = _first(data, "shape") or {}
-        return "tunefarm bench", f"tunefarm bench MODEL.pt2 --json OUT.json  # shape {shape}"
-    if "-tune-" in name:
-        return (
-            "tunefarm tune",
-            f"tunefarm tune MODEL.pt2 --json  # {data.get('trials_budget')} trials",
-        )
+    hf = next((m for m in HF_AXES if f"-{m}-" in name), None)
+    if "-bench-" in name and hf:
+        results = data.get("results") if isinstance(data.get("results"), list) else []
+        values = [v for r in results for v in (r.get("shape") or {}).values()]
+        shape = f" --shape {HF_AXES[hf]}={','.join(str(v) for v in values)}" if values else ""
+        kernels = " --kernels" if "kernels" in name else ""
+        cmd = f"{HF_EXPORT} && tunefarm bench /tmp/hf/{hf}.pt2{shape}{kernels} --json OUT.json"
+        return "tunefarm bench (Hugging Face)", cmd
+    if "-tune-" in name and hf:
+        buckets = "1,8,16" if hf == "vit" else "16,64,128"
+        trials = data.get("trials_budget")
+        cmd = f"{HF_EXPORT} && tunefarm tune /tmp/hf/{hf}.pt2 --shape {HF_AXES[hf]}={buckets}"
+        return "tunefarm tune (Hugging Face)", f"{cmd} --trials {trials} --json"
+    if "-ab-" in name:
+        return "build A/B", "two builds timed interleaved (their libraries and rounds in the file)"
     simple = {
         "symbolic": ("symbolic shapes", "python -m benchmarks symbolic"),
+        "ranker-study": ("cost model study", "python -m benchmarks cost-model-study DB"),
         "ceiling": ("ceiling", "python -m benchmarks ceiling --report docs/scaling.md"),
         "models-hf": ("models", "python -m benchmarks models --hf"),
         "warm-start": ("warm start", "python -m benchmarks warm-start"),
@@ -199,7 +210,7 @@ def row_for(name: str, cited: dict[str, list[str]], root: Path = ROOT) -> Row:
         benchmark,
         command,
         date,
-        host_cpu(data),
+        host_cpu(data, name),
         commit_of(name, data, root),
         tuple(cited.get(name, ())),
     )

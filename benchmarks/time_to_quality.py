@@ -98,7 +98,7 @@ The results file is rewritten after every seed (summaries without the re-timing,
 
 The report is a section of ``--report`` (``docs/performance.md`` by default, which ``make
 bench``'s suite writes first), between :data:`BEGIN` and :data:`END`: the rest of the file
-is kept. ``docs/time-to-quality.md`` holds the full runs, session by session. The short form
+is kept. ``docs/time-to-quality.md`` states the targets and the runs behind them. The short form
 in ``make bench`` is ``--workloads mlp --seeds 3 --trials-per-task 8``.
 """
 

@@ -15,6 +15,7 @@ from tuner.compile import apply_database, compile
 from tuner.errors import TuneFarmError
 from tuner.model import load_model
 from tuner.pipeline import normalize, prepare
+from tuner.planner import Planner
 from tuner.symbolic.dispatch import (
     BucketKernel,
     KernelDispatch,
@@ -22,7 +23,6 @@ from tuner.symbolic.dispatch import (
     add_dispatch,
     choose_intervals,
 )
-from tuner.symbolic.planner import Planner
 from tuner.symbolic.profile import ShapeProfile
 from tuner.symbolic.rangekernel import (
     kernel_class,

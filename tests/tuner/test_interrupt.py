@@ -126,3 +126,46 @@ def test_ctrl_c_stops_a_tune_and_keeps_its_records(tmp_path: Path, search: str) 
     with sqlite3.connect(db) as conn:
         status, error = conn.execute("SELECT status, error FROM jobs").fetchone()
     assert status == "interrupted" and error.startswith("interrupted by the user")
+
+
+def _job_status(db: Path) -> str | None:
+    try:
+        with sqlite3.connect(db) as conn:
+            row = conn.execute("SELECT status FROM jobs").fetchone()
+    except sqlite3.Error:  # not created yet
+        return None
+    return row[0] if row else None
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_ctrl_c_as_the_job_starts_records_it_interrupted(tmp_path: Path) -> None:
+    """A Ctrl-C as soon as the job's row exists (Ray still starting, nothing measured) ends
+    the job ``interrupted``, not ``failed`` (nor ``done`` after its baselines)."""
+    db = tmp_path / "t.db"
+    exe = Path(sys.executable).parent / "tunefarm"
+    proc = subprocess.Popen(
+        [str(exe), "tune", str(TINY), "--trials", "48", "--db", f"sqlite:///{db}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while _job_status(db) is None and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert proc.poll() is None and _job_status(db) == "running"
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("interrupted: job ")
+    with sqlite3.connect(db) as conn:
+        status, error, done = conn.execute("SELECT status, error, trials_done FROM jobs").fetchone()
+    assert status == "interrupted" and error.startswith("interrupted by the user")
+    assert done == _records(db) < 48  # the job row counts what was recorded

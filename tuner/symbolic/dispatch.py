@@ -9,7 +9,7 @@ the kernel of least estimated time at ``v``:
   databases tuned before have the static default schedule's time, a lower bound), scaled by
   the work at ``v``: ``generic_sec(B) * (v / B) ** d``; it pads nothing and copies nothing;
 - a bucket's kernel: its measured time at its bucket (a range kernel's own, timed by the tune
-  at the bucket, :mod:`tuner.symbolic.probes`; else its static kernel's), scaled by the work
+  at the bucket, :mod:`tuner.job.probes`; else its static kernel's), scaled by the work
   at ``v`` padded to its tile (a static kernel: always its bucket's time), **plus the cost of
   the padded branch**
   itself (:func:`pad_overhead`: a copy per padded input and a crop of the output, and the
@@ -333,7 +333,7 @@ def offers_range(tile: int, degree: int) -> bool:
     31 µs a call at s=32, where the s=64 static kernel takes 3.4 µs at 64; leaving such range
     kernels out made BERT and GPT-2 0.75-0.76x faster at s=32 and 0.59x at s=48, and no
     slower at s=100, whose range kernels of tile 8 stay (same database, interleaved).
-    Only for range kernels the tune did not time (:mod:`tuner.symbolic.probes`; databases
+    Only for range kernels the tune did not time (:mod:`tuner.job.probes`; databases
     tuned before): a timed one is priced by its own time and always offered."""
     return tile > 1 or degree < 2
 
@@ -356,7 +356,7 @@ def timed_range_secs(
     """Each range variant's time at ``bucket`` as the rule prices it (None: the tune did not
     time it): its probe at the bucket padded to the tile, scaled back to the bucket,
     relative to the static kernel timed beside it, whose record's time (``mean_sec``) the
-    static kernels are priced by (:mod:`tuner.symbolic.probes`). The build and the planner
+    static kernels are priced by (:mod:`tuner.job.probes`). The build and the planner
     both price by it."""
     if not variants:
         return []

@@ -20,7 +20,7 @@ from tuner.planner import Calibration, Planner
 from tuner.planner.curves import CONTRACTION_SEARCH, GainCurve, family_curve
 from tuner.planner.kernels import KernelModel, TaskModel
 from tuner.symbolic.buckets import bucket_tasks
-from tuner.symbolic.dispatch import BucketKernel, PadBuffer, choose_intervals, pick_kernel
+from tuner.symbolic.dispatch.rule import BucketKernel, PadBuffer, choose_intervals, pick_kernel
 from tuner.symbolic.profile import ShapeProfile
 
 runner = CliRunner()

@@ -24,10 +24,7 @@ from tuner.planner.kernels import KernelModel, TaskModel, nearest, prior_default
 from tuner.planner.plan import Calibration
 from tuner.planner.values import powers_of_two, tileable
 from tuner.symbolic.buckets import bucket_tasks, choose_buckets, symbolic_vars, upper_bounds
-from tuner.symbolic.dispatch import (
-    bucket_workloads,
-    pad_buffers,
-)
+from tuner.symbolic.dispatch.plan import bucket_workloads, pad_buffers
 from tuner.symbolic.profile import ShapeProfile
 
 
@@ -209,8 +206,8 @@ def _tiles_of(
     generic kernel serves; 0: it does not transplant) and its fine variant's (None: none),
     the variants the build makes (:func:`~tuner.symbolic.rangekernel.range_variants`), and
     each one's time at ``value`` over the record's as the build prices it
-    (:func:`~tuner.symbolic.dispatch.timed_range_secs`; None: not timed)."""
-    from tuner.symbolic.dispatch import timed_range_secs
+    (:func:`~tuner.symbolic.dispatch.plan.timed_range_secs`; None: not timed)."""
+    from tuner.symbolic.dispatch.plan import timed_range_secs
     from tuner.symbolic.rangekernel import is_default, range_variants, rewrite_tiles
 
     record = found.record

@@ -21,11 +21,7 @@ from tuner.planner.curves import (
     GainCurve,
     tail_ratio,
 )
-from tuner.symbolic.dispatch import (
-    BucketKernel,
-    PadBuffer,
-    offers_variant,
-)
+from tuner.symbolic.dispatch.rule import BucketKernel, PadBuffer, offers_variant
 from tuner.symbolic.rangekernel import instance_points
 
 

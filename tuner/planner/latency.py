@@ -13,11 +13,7 @@ from tuner.planner.curves import (
 )
 from tuner.planner.kernels import KernelModel, top_bucket
 from tuner.planner.plan import Chosen
-from tuner.symbolic.dispatch import (
-    BucketKernel,
-    KernelDispatch,
-    choose_intervals,
-)
+from tuner.symbolic.dispatch.rule import BucketKernel, KernelDispatch, choose_intervals
 
 
 class LatencyModel(ModelAnalysis):

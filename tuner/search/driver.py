@@ -345,8 +345,10 @@ class ActorSearch:
             self._submit(gen, queued)
             self._collect(gen, ready, queued, block=not ready)
             if not ready:
-                if not gen:
-                    break
+                if not gen:  # nothing in flight: a restarted actor's tasks go again, or done
+                    self._submit(gen, queued)
+                    if not gen:
+                        break
                 continue
             task, cands = ready.popleft()
             queued.discard(task)

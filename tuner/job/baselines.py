@@ -10,7 +10,8 @@ from tvm.s_tir.meta_schedule.builder import BuilderInput
 from tvm.s_tir.meta_schedule.database import TuningRecord
 from tvm.s_tir.meta_schedule.runner import RunnerInput
 
-from database import Measurement, TuneFarmDatabase
+from database import TuneFarmDatabase
+from tuner.job.recorder import measurement
 from tuner.pipeline import Task
 from tuner.targets import device_kind
 from workers.builder import RayBuilder
@@ -73,19 +74,6 @@ def measure_baselines(
             continue
         if budget is not None and not budget.take():
             continue
-        db.add(
-            Measurement(
-                workload=workload,
-                candidate_hash=entry.candidate_hash,
-                trace_json=trace,
-                args_info_json=args_info,
-                run_secs=secs,
-                target=target,
-                device=entry.run.device if entry.run else None,
-                worker=entry.run.worker if entry.run else None,
-                job_id=job_id,
-                build_sec=entry.build.build_sec if entry.build else None,
-            )
-        )
+        db.add(measurement(entry, workload, trace, args_info, target, job_id, secs))
         recorded += 1
     return out, recorded

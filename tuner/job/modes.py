@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
-from typing import Any
+from typing import Any, NamedTuple
 
 import tvm
 from tvm.s_tir import meta_schedule as ms
@@ -187,29 +187,30 @@ def search_in_driver(
         ).clone()
         for i, t in enumerate(tasks)
     ]
+    workers = _Workers(builder, runner, db, cost_model, recorder)
     with until_time_is_up(budget):
         if config.task_trials is not None:
-            _search_split(
-                tasks, contexts, db, builder, runner, recorder, config, budget, cost_model
-            )
+            _search_split(tasks, contexts, config, budget, workers)
         else:
-            workers = (builder, runner, db, cost_model, recorder)
-            _tune_tasks(contexts, [float(t.weight) for t in tasks], remaining, per_round, *workers)
+            _tune_tasks(contexts, [float(t.weight) for t in tasks], remaining, per_round, workers)
     _store_features(cost_model, db, target)
 
 
+class _Workers(NamedTuple):
+    """What MetaSchedule's task loop runs with."""
+
+    builder: RayBuilder
+    runner: RayRunner
+    db: TuneFarmDatabase
+    cost_model: Any
+    recorder: JobRecorder
+
+
 def _tune_tasks(
-    contexts: list[Any],
-    weights: list[float],
-    trials: int,
-    per_round: int,
-    builder: RayBuilder,
-    runner: RayRunner,
-    db: TuneFarmDatabase,
-    cost_model: Any,
-    recorder: JobRecorder,
+    contexts: list[Any], weights: list[float], trials: int, per_round: int, workers: _Workers
 ) -> None:
     """MetaSchedule's task loop (gradient scheduler) over ``contexts`` for ``trials``."""
+    builder, runner, db, cost_model, recorder = workers
     with tempfile.TemporaryDirectory(prefix="tunefarm-") as work_dir:
         ms.tune.tune_tasks(
             tasks=contexts,
@@ -234,28 +235,24 @@ def _store_features(cost_model: Any, db: TuneFarmDatabase, target: tvm.target.Ta
 def _search_split(
     tasks: list[Task],
     contexts: list[Any],
-    db: TuneFarmDatabase,
-    builder: RayBuilder,
-    runner: RayRunner,
-    recorder: JobRecorder,
     config: TuneConfig,
     budget: TrialBudget,
-    cost_model: Any,
+    workers: _Workers,
 ) -> None:
     """The search of a planned split (``config.task_trials``): each listed task on its own,
     up to the records it should have, one after the other with the job's cost model; tasks
     the split does not list get no search (their default schedule is measured)."""
     want = dict(config.task_trials or ())
+    recorder = workers.recorder
     for i, task in enumerate(tasks):
-        recorded = db.count_records(task.mod, recorder.target)
+        recorded = workers.db.count_records(task.mod, recorder.target)
         left = min(want.get(task.name, 0) - recorded, budget.left)
         if left <= 0:
             continue
         recorder.index = [i]
         try:
             per_round = trials_per_round(config.round_cap, left, 1)
-            workers = (builder, runner, db, cost_model, recorder)
-            _tune_tasks([contexts[i]], [float(task.weight)], left, per_round, *workers)
+            _tune_tasks([contexts[i]], [float(task.weight)], left, per_round, workers)
         finally:
             recorder.index = None
 

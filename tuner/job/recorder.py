@@ -17,7 +17,7 @@ from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 from database import Measurement, TuneFarmDatabase
 from tuner.pipeline import Task
 from tuner.progress import JobProgress, TaskState
-from workers.ledger import Interrupted, Ledger, RoundPace, TrialBudget
+from workers.ledger import Entry, Interrupted, Ledger, RoundPace, TrialBudget
 from workers.results import ErrorKind, RunResult
 
 # a round's candidates timed a second time at most (JobRecorder._confirmed)
@@ -180,23 +180,11 @@ class JobRecorder(PyMeasureCallback):
                 self.resumed += 1
                 continue
             self.measured += 1
-            kind = ErrorKind.parse(b_res.error_msg or r_res.error_msg)
             trace, args_info = as_json(i)
-            run, build = entry.run, entry.build
+            error = b_res.error_msg or r_res.error_msg
             batch.append(
-                Measurement(
-                    workload=workload,
-                    candidate_hash=entry.candidate_hash,
-                    trace_json=trace,
-                    args_info_json=args_info,
-                    run_secs=secs if kind is None else None,
-                    target=self.target,
-                    error_kind=kind.value if kind else None,
-                    error_msg=b_res.error_msg or r_res.error_msg,
-                    device=run.device if run else None,
-                    worker=(run.worker if run else None) or (build.worker if build else None),
-                    job_id=self.job_id,
-                    build_sec=build.build_sec if build else None,
+                measurement(
+                    entry, workload, trace, args_info, self.target, self.job_id, secs, error
                 )
             )
         # a resumed hit is one of the records counted in trials_before; the round's records
@@ -205,3 +193,33 @@ class JobRecorder(PyMeasureCallback):
         self.view.advance(self.measured - measured_before)
         if self.pace is not None:
             self.pace.recorded()
+
+
+def measurement(
+    entry: Entry,
+    workload: Any,
+    trace: Any,
+    args_info: Any,
+    target: tvm.target.Target,
+    job_id: int | None,
+    run_secs: list[float] | None,
+    error: str | None = None,
+) -> Measurement:
+    """The record of a measured candidate: its ledger ``entry`` (hash, where it was built and
+    run), its trace and arguments as a record stores them, and its run times or ``error``."""
+    kind = ErrorKind.parse(error)
+    run, build = entry.run, entry.build
+    return Measurement(
+        workload=workload,
+        candidate_hash=entry.candidate_hash,
+        trace_json=trace,
+        args_info_json=args_info,
+        run_secs=run_secs if kind is None else None,
+        target=target,
+        error_kind=kind.value if kind else None,
+        error_msg=error,
+        device=run.device if run else None,
+        worker=(run.worker if run else None) or (build.worker if build else None),
+        job_id=job_id,
+        build_sec=build.build_sec if build else None,
+    )

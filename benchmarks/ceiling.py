@@ -110,7 +110,7 @@ def search_round(
 ) -> tuple[float, int]:
     """Seconds one fresh search takes to propose a round of ``per_round`` candidates (one
     thread), and how many it proposed (a few fewer when its samples repeat)."""
-    from tuner.job import search_population
+    from tuner.search.population import search_population
 
     ctx = _search_context(mod, target, search_population(per_round), seed)
     start = time.perf_counter()
@@ -143,7 +143,7 @@ def search_throughput(rounds: list[int], repeats: int) -> list[dict[str, Any]]:
                 rates[r].append(found / wall)
                 print(f"round {r}: {found / wall:.1f} candidates/core-s", flush=True)
         storage.dispose()
-    from tuner.job import search_population
+    from tuner.search.population import search_population
 
     return [
         {
@@ -382,7 +382,7 @@ def head_ceiling(url: str, candidates: int, per_round: int, devices: int) -> dic
 
     from database import Storage, TuneFarmDatabase
     from database.jobs import start_job
-    from tuner.job import JobRecorder
+    from tuner.job.recorder import JobRecorder
     from tuner.pipeline import Task
     from tuner.progress import SilentProgress, TaskState
     from tuner.search.task import ModelSpec, TaskSearch, TaskSpec
@@ -522,9 +522,9 @@ def _scaling_run(nodes: int, rounds: int, per_round: int, seed: int) -> tuple[fl
     from ray.cluster_utils import Cluster
 
     from database import TargetKey
-    from tuner.job import search_population
     from tuner.search.actor import RemoteSearchActor
     from tuner.search.driver import actor_options, place_actors
+    from tuner.search.population import search_population
     from tuner.search.task import ModelSpec, TaskSpec
     from tuner.targets import resolve_target
 

@@ -43,7 +43,7 @@ from typing import Any
 
 from benchmarks.common import disturbed, foreign_load, machine_header, results_path
 from benchmarks.models import _cli, _json_of
-from tuner.symbolic.planner import powers_of_two, tileable
+from tuner.planner import powers_of_two, tileable
 from tuner.symbolic.profile import profile_from_mapping
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -193,8 +193,9 @@ def tune_qkv(run: Run) -> dict[str, Any]:
         return run._tuned
     from database import Storage, TuneFarmDatabase
     from tuner.fastimport import preload_tensor_intrin
-    from tuner.job import TuneConfig, trials_per_round, tune
+    from tuner.job import TuneConfig, tune
     from tuner.model import load_model
+    from tuner.search.population import trials_per_round
     from tuner.symbolic.buckets import bucket_tasks
     from workers.config import MeasureConfig
 

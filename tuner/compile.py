@@ -19,7 +19,8 @@ from database import Storage, TuneFarmDatabase
 from tuner.errors import TuneFarmError
 from tuner.fastimport import preload_tensor_intrin
 from tuner.pipeline import backend_passes, legalize, normalize, prepare, symbolic_vars_of
-from tuner.symbolic.dispatch import KernelDispatch, add_dispatch
+from tuner.symbolic.dispatch.emit import add_dispatch
+from tuner.symbolic.dispatch.rule import KernelDispatch
 from workers import fast_math
 from workers.fingerprint import local_device_for
 

@@ -19,7 +19,7 @@ from benchmarks.planner import (
     summarize,
     table_lines,
 )
-from tuner.symbolic.planner import powers_of_two, tileable
+from tuner.planner import powers_of_two, tileable
 
 
 @pytest.mark.parametrize("kind", PROFILES)

@@ -15,14 +15,9 @@ from tuner.compile import apply_database, compile
 from tuner.errors import TuneFarmError
 from tuner.model import load_model
 from tuner.pipeline import normalize, prepare
-from tuner.symbolic.dispatch import (
-    BucketKernel,
-    KernelDispatch,
-    PadBuffer,
-    add_dispatch,
-    choose_intervals,
-)
-from tuner.symbolic.planner import Planner
+from tuner.planner import Planner
+from tuner.symbolic.dispatch.emit import add_dispatch
+from tuner.symbolic.dispatch.rule import BucketKernel, KernelDispatch, PadBuffer, choose_intervals
 from tuner.symbolic.profile import ShapeProfile
 from tuner.symbolic.rangekernel import (
     kernel_class,
@@ -199,7 +194,7 @@ def test_the_tune_times_each_range_kernel_and_the_build_prices_it_by_that(
     fine variant where that pads to a smaller tile) are timed by the tune at the bucket and
     stored under their own hashes; the rule prices each range kernel by that time, not by its
     bucket's static kernel's."""
-    from tuner.symbolic.dispatch import bucket_workloads
+    from tuner.symbolic.dispatch.plan import bucket_workloads
     from tuner.symbolic.rangekernel import range_variants, rewrite_tiles, static_key
 
     db = TuneFarmDatabase(Storage(dyn_tuned_db, create=False))
@@ -593,7 +588,7 @@ def test_flattened_rows_are_timed_with_the_variable_as_a_scalar(tmp_path, llvm_t
     it beside the buffers bound at the bucket; its range kernel (rows ``5 * m * tile``)
     takes ``m`` instead. Both run from those arguments alone."""
     from database import TargetKey
-    from tuner.symbolic.dispatch import bucket_workloads
+    from tuner.symbolic.dispatch.plan import bucket_workloads
     from tuner.symbolic.rangekernel import args_at, transplant
     from workers.build import build_artifact
     from workers.config import MeasureConfig
@@ -728,7 +723,7 @@ def test_padding_overhead_keeps_a_large_tile_from_serving_small_values() -> None
     must not serve s=1: its branch pads x[1, 128] to 64 rows and crops back, which costs
     more than the kernel saves. The generic kernel serves until the tuned kernel's time plus
     that overhead is the lesser (by the margin)."""
-    from tuner.symbolic.dispatch import (
+    from tuner.symbolic.dispatch.rule import (
         GENERIC_MARGIN,
         PAD_ELEM_SEC,
         PAD_OP_SEC,
@@ -994,7 +989,7 @@ def test_no_tile_1_range_kernel_where_two_loop_axes_run_over_the_variable(
     a symbolic extent (GPT-2's ``probs @ V`` ran several times its estimate that way); a
     record tiled by 8 does. The bucket's static and exact kernels serve either way, and every value
     matches numpy."""
-    from tuner.symbolic.dispatch import offers_range
+    from tuner.symbolic.dispatch.rule import offers_range
 
     assert not offers_range(1, 2) and offers_range(8, 2) and offers_range(1, 1)
     model = load_model(DATA / "scores_n.py")
@@ -1020,7 +1015,7 @@ def test_a_timed_range_kernel_is_priced_by_its_own_time(tmp_path, llvm_target) -
     its tile and priced by that time; its arguments at a value are its buffers padded to the
     tile and the tile count, and the runner times it from them."""
     from database import TargetKey
-    from tuner.symbolic.dispatch import bucket_workloads
+    from tuner.symbolic.dispatch.plan import bucket_workloads
     from tuner.symbolic.rangekernel import static_key, transplant
     from workers.build import build_artifact
     from workers.config import MeasureConfig
@@ -1095,7 +1090,7 @@ def test_a_region_that_would_read_another_blocks_padded_tensor_keeps_its_crops()
     block reads a dataflow variable of another is caught (and built with every crop)."""
     from tvm import relax
 
-    from tuner.symbolic.dispatch import _dataflow_scoped
+    from tuner.symbolic.dispatch.emit import _dataflow_scoped
 
     x = relax.Var("x", relax.TensorType([4], "float32"))
     d1 = relax.DataflowVar("d1", relax.TensorType([4], "float32"))
@@ -1151,7 +1146,7 @@ def test_a_kernel_written_without_blocks_is_left_on_its_cropped_inputs() -> None
     build of every GPT-2 region when it was asked)."""
     from tvm import relax
 
-    from tuner.symbolic.dispatch import _free_params
+    from tuner.symbolic.dispatch.emit import _free_params
 
     s = tvm.tirx.Var("s", "int64")
     x = relax.Var("x", relax.TensorType([1, s], "int64"))

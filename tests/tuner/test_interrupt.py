@@ -8,6 +8,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -90,17 +91,23 @@ def _records(db: Path) -> int:
         return 0
 
 
-@pytest.mark.slow
-@pytest.mark.ray
-@pytest.mark.parametrize("search", ["thread", "driver"])
-def test_ctrl_c_stops_a_tune_and_keeps_its_records(tmp_path: Path, search: str) -> None:
-    """A terminal's Ctrl-C (SIGINT to the whole process group, Ray's processes included)
-    while the pipelined search (the default here) or MetaSchedule's C++ task loop runs."""
-    db = tmp_path / "t.db"
-    exe = Path(sys.executable).parent / "tunefarm"
-    cmd = [str(exe), "tune", str(TINY), "--trials", "48", "--per-iter", "4", "--search", search]
+def _job_status(db: Path) -> str | None:
+    try:
+        with sqlite3.connect(db) as conn:
+            row = conn.execute("SELECT status FROM jobs").fetchone()
+    except sqlite3.Error:  # not created yet
+        return None
+    return row[0] if row else None
+
+
+def _interrupted_tune(db: Path, args: list[str], ready: Callable[[Path], bool]) -> tuple[int, str]:
+    """``tunefarm tune`` of this tree into ``db``, sent a terminal's Ctrl-C (SIGINT to its
+    whole process group, Ray's processes included) once ``ready(db)``: its exit code and
+    stderr."""
+    cmd = [sys.executable, "-m", "tuner.cli", "tune", str(TINY), "--trials", "48", *args]
     proc = subprocess.Popen(
-        [*cmd, "--db", f"sqlite:///{db}", "--seed", "0"],
+        [*cmd, "--db", f"sqlite:///{db}"],
+        cwd=Path(__file__).parents[2],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -108,8 +115,8 @@ def test_ctrl_c_stops_a_tune_and_keeps_its_records(tmp_path: Path, search: str) 
     )
     try:
         deadline = time.monotonic() + 240
-        while _records(db) < 3 and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.2)
+        while not ready(db) and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
         assert proc.poll() is None, "the job ended before it could be interrupted"
         os.killpg(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=120)
@@ -117,12 +124,41 @@ def test_ctrl_c_stops_a_tune_and_keeps_its_records(tmp_path: Path, search: str) 
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    assert proc.returncode == 130, err
+    return proc.returncode, err
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+@pytest.mark.parametrize("search", ["thread", "driver"])
+def test_ctrl_c_stops_a_tune_and_keeps_its_records(tmp_path: Path, search: str) -> None:
+    """A Ctrl-C while the pipelined search (the default here) or MetaSchedule's C++ task loop
+    runs."""
+    db = tmp_path / "t.db"
+    args = ["--per-iter", "4", "--search", search, "--seed", "0"]
+    code, err = _interrupted_tune(db, args, lambda db: _records(db) >= 3)
+    assert code == 130, err
     assert NOTICE in err and "Traceback" not in err
     line = err.strip().splitlines()[-1]
     assert line.startswith("interrupted: job ") and "records are kept" in line
     kept = _records(db)
     assert 3 <= kept < 48
     with sqlite3.connect(db) as conn:
-        status, error = conn.execute("SELECT status, error FROM jobs").fetchone()
+        status, error, done = conn.execute("SELECT status, error, trials_done FROM jobs").fetchone()
     assert status == "interrupted" and error.startswith("interrupted by the user")
+    assert done == kept and f"stopped after {kept} of 48 trials" in line  # one count
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_ctrl_c_as_the_job_starts_records_it_interrupted(tmp_path: Path) -> None:
+    """A Ctrl-C as soon as the job's row exists (Ray still starting, nothing measured) ends
+    the job ``interrupted``, not ``failed`` (nor ``done`` after its baselines)."""
+    db = tmp_path / "t.db"
+    code, err = _interrupted_tune(db, [], lambda db: _job_status(db) is not None)
+    assert code == 130, err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("interrupted: job ")
+    with sqlite3.connect(db) as conn:
+        status, error, done = conn.execute("SELECT status, error, trials_done FROM jobs").fetchone()
+    assert status == "interrupted" and error.startswith("interrupted by the user")
+    assert done == _records(db) < 48  # the job row counts what was recorded

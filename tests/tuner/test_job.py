@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import tvm
@@ -33,7 +38,7 @@ def test_tune_records_every_trial(tuned_db, llvm_target) -> None:
     assert set(phases) == {"startup", "build_wait", "run_wait", "database", "probes", "search"}
     assert phases["build_wait"] > 0 and phases["run_wait"] > 0 and phases["startup"] > 0
     assert phases["probes"] > 0  # preparing the untuned default: the driver's, not the search's
-    from tuner.job import search_population
+    from tuner.search.population import search_population
 
     search = summary.search  # what a round was: its candidates and its search's population
     # auto on one node measuring its own CPU: the pipelined search in a driver thread
@@ -63,7 +68,7 @@ def test_a_new_best_is_timed_again_until_the_rounds_fastest_has_two_timings() ->
     from tvm.s_tir.meta_schedule.builder import BuilderResult
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
-    from tuner.job import JobRecorder
+    from tuner.job.recorder import JobRecorder
     from tuner.progress import SilentProgress, TaskState
     from workers.ledger import Entry, Ledger
     from workers.results import RunResult
@@ -203,7 +208,9 @@ def test_time_budget_ends_the_search(sqlite_url, llvm_target, search: str) -> No
 
 
 def test_search_population_is_sized_from_the_round() -> None:
-    from tuner.job import MAX_POPULATION, MIN_POPULATION, TuneConfig, _strategy, search_population
+    from tuner.job import TuneConfig
+    from tuner.job.modes import _strategy
+    from tuner.search.population import MAX_POPULATION, MIN_POPULATION, search_population
 
     assert search_population(1) == search_population(4) == MIN_POPULATION  # 64
     assert search_population(8) == 64 and search_population(16) == 128
@@ -218,7 +225,7 @@ def test_search_population_is_sized_from_the_round() -> None:
 def test_runners_time_kernels_on_the_targets_cores() -> None:
     """A job's runners use the target's num-cores (what its schedules parallelize for and
     bench runs with) unless the measure config says otherwise; GPUs have no such count."""
-    from tuner.job import measure_for
+    from tuner.job.config import measure_for
     from tuner.targets import resolve_target
 
     cpu = tvm.target.Target({"kind": "llvm", "num-cores": 3})
@@ -229,8 +236,10 @@ def test_runners_time_kernels_on_the_targets_cores() -> None:
 
 
 def test_search_generations_reach_the_evolutionary_search() -> None:
-    from tuner.job import GENERATIONS, TuneConfig, _strategy
+    from tuner.job import TuneConfig
+    from tuner.job.modes import _strategy
     from tuner.search.driver import SearchPlan
+    from tuner.search.task import GENERATIONS
 
     assert _strategy(TuneConfig(trials=8), 4).genetic_num_iters == GENERATIONS == 2
     assert _strategy(TuneConfig(trials=8, generations=4), 4).genetic_num_iters == 4
@@ -369,3 +378,67 @@ def test_buckets_of_one_kernel_exchange_their_best_schedules_during_a_job(
         assert exchanged(by_mod) >= 1
         off, by_mod = run(sqlite_url.replace(".db", "-off.db"))
         assert off["exchanged"] == 0 and exchanged(by_mod) == 0
+
+
+ROOT = Path(__file__).parents[2]
+
+
+def _tune_cli(db: Path, model: Path, trials: int) -> subprocess.Popen[str]:
+    """``tunefarm tune`` of this tree with its output piped (no terminal)."""
+    opts = ["--per-iter", "2", "--seed", "0", "--min-repeat-ms", "2", "--db", f"sqlite:///{db}"]
+    return subprocess.Popen(
+        [sys.executable, "-m", "tuner.cli", "tune", str(model), "--trials", str(trials), *opts],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _progress(out: str) -> list[tuple[int, int]]:
+    """(done, total) of each progress line."""
+    lines = [ln.split(" trials")[0].removeprefix("tuning: ") for ln in out.splitlines()]
+    return [(int(d), int(t)) for d, t in (ln.split("/") for ln in lines if "/" in ln)]
+
+
+def _jobs(db: Path) -> list[tuple[str, int]]:
+    with sqlite3.connect(db) as conn:
+        return conn.execute("SELECT status, trials_done FROM jobs ORDER BY id").fetchall()
+
+
+def test_a_piped_tune_warns_reports_as_it_goes_and_counts_its_trials_one_way(
+    tmp_path: Path,
+) -> None:
+    """``tune examples/mlp.py --trials 3 > log``: a warning that 3 trials cannot cover its 2
+    tasks; progress lines over the budget of 3 from the search's start (the 2 defaults
+    recorded), not one drawing at the end; the lines, the job row and the records agree;
+    every workload named by its task."""
+    db = tmp_path / "t.db"
+    proc = _tune_cli(db, ROOT / "examples" / "mlp.py", 3)
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    assert "3 trial(s) cannot cover 2 task(s)" in err
+    seen = _progress(out)
+    assert seen[0] == (2, 3) and seen[-1] == (3, 3)
+    assert all(t == 3 for _, t in seen) and [d for d, _ in seen] == sorted(d for d, _ in seen)
+    from database.queries import list_workloads, stats
+
+    storage = Storage(f"sqlite:///{db}", create=False)
+    assert _jobs(db) == [("done", 3)] and stats(storage)["records"] == 3
+    names = [w["task"] for w in list_workloads(storage)]
+    assert len(names) == 2 and all(names) and any("gelu" in n for n in names)
+
+
+def test_two_concurrent_jobs_on_one_database_each_count_to_their_budget(tmp_path: Path) -> None:
+    """Two ``--trials 8`` jobs of one model at once: neither shows nor records more than 8 of 8
+    (each counts the records there when it started and its own)."""
+    db = tmp_path / "t.db"
+    Storage(f"sqlite:///{db}")  # the schema, before either job opens it
+    first, second = _tune_cli(db, TINY, 8), _tune_cli(db, TINY, 8)
+    for proc in (first, second):
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err
+        seen = _progress(out)
+        assert seen and all(d <= t == 8 for d, t in seen)
+    jobs = _jobs(db)
+    assert [s for s, _ in jobs] == ["done", "done"] and all(n <= 8 for _, n in jobs)

@@ -16,17 +16,11 @@ from tuner.bench import BenchResult, traffic_summary, weighted_quantile
 from tuner.cli import app
 from tuner.errors import TuneFarmError
 from tuner.model import load_model
+from tuner.planner import Calibration, Planner
+from tuner.planner.curves import CONTRACTION_SEARCH, GainCurve, family_curve
+from tuner.planner.kernels import KernelModel, TaskModel
 from tuner.symbolic.buckets import bucket_tasks
-from tuner.symbolic.dispatch import BucketKernel, PadBuffer, choose_intervals, pick_kernel
-from tuner.symbolic.planner import (
-    CONTRACTION_SEARCH,
-    Calibration,
-    GainCurve,
-    KernelModel,
-    Planner,
-    TaskModel,
-    family_curve,
-)
+from tuner.symbolic.dispatch.rule import BucketKernel, PadBuffer, choose_intervals, pick_kernel
 from tuner.symbolic.profile import ShapeProfile
 
 runner = CliRunner()
@@ -79,7 +73,7 @@ def test_gain_curve() -> None:
 
 
 def test_a_contraction_far_from_its_roofline_jumps(tmp_path: Path, llvm_target) -> None:
-    from tuner.symbolic.planner import JUMP_MIN
+    from tuner.planner.curves import JUMP_MIN
 
     jump = GainCurve(0.01, 8.0, "jump", log=True)
     assert jump.ratio(0) == 1.0 and jump.ratio(1) == 1.0
@@ -119,7 +113,7 @@ def test_a_contraction_search_closes_in_as_measured() -> None:
     assert s.ahead(8, 8) == 1.0 and s.ahead(8, 4) == 1.0  # no record is taken back
     assert s.ahead(4, 16) == pytest.approx(s.median(16) / s.median(4))
     # a task past its jump: a contraction's search goes on, a layer norm's tail is slow
-    from tuner.symbolic.planner import TAIL_CURVES, tail_ratio
+    from tuner.planner.curves import TAIL_CURVES, tail_ratio
 
     assert tail_ratio("contraction", 4, 16) < 0.6
     assert tail_ratio("reduction", 4, 16) == pytest.approx(TAIL_CURVES["reduction"].ratio(13))
@@ -150,7 +144,7 @@ def test_a_family_curve_is_its_buckets_measured_curve_then_its_search_going_on()
     assert curve.ratio(40) == pytest.approx(last * CONTRACTION_SEARCH.ahead(4, 40))
     assert curve.ratio(40) < curve.ratio(8) < last
     # a layer norm's family: its slow tail, never below its floor of the last point
-    from tuner.symbolic.planner import TAIL_CURVES
+    from tuner.planner.curves import TAIL_CURVES
 
     norm = family_curve([[1.0, 0.8, 0.7]], "reduction", "family, 1")
     tail = TAIL_CURVES["reduction"]
@@ -289,7 +283,8 @@ def test_plan_from_priors_respects_the_budget(tmp_path: Path, llvm_target) -> No
 def test_outcome_draws_have_mean_one_the_spread_asked_and_a_fixed_order() -> None:
     import numpy as np
 
-    from tuner.symbolic.planner import SPREAD_SAMPLES, _outcomes
+    from tuner.planner.curves import SPREAD_SAMPLES
+    from tuner.planner.latency import _outcomes
 
     draws = _outcomes(32, 0.25)
     assert draws.shape == (SPREAD_SAMPLES,) and draws.mean() == pytest.approx(1.0)
@@ -305,7 +300,7 @@ def test_buckets_that_serve_the_same_values_are_priced_as_the_best_of_their_sear
     """Where two buckets' kernels can serve a value and their searches are still to run, the
     value costs the expected fastest of them (the dispatch runs whichever came out best);
     one bucket alone, or searches already run, are priced as the curve says."""
-    import tuner.symbolic.planner as planner_mod
+    import tuner.planner.kernels as planner_mod
 
     model = load_model(MLP)
     db = TuneFarmDatabase(Storage(f"sqlite:///{tmp_path / 'empty.db'}"))

@@ -199,9 +199,9 @@ def test_a_cuda_tune_times_the_generic_code_as_the_build_runs_it() -> None:
     it against the bucket kernels). On a GPU that code is dlight's schedule of the symbolic
     kernel: the probe builds it so (its unscheduled form binds no threads, and runs as host
     code), and a CPU probe stays the kernel as it is."""
+    from tuner.job.probes import Probe, _as_built
     from tuner.model import load_model
     from tuner.pipeline import extract_tasks, prepare
-    from tuner.symbolic.probes import Probe, _as_built
     from tuner.symbolic.rangekernel import args_at, symbolic_var
     from tuner.targets import resolve_target
 

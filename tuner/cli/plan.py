@@ -108,7 +108,7 @@ def replan(
     ``measure``: the planner calibrated by the database's build timed at
     :data:`CALIBRATION_VALUES` of the profile's values, and the plan made with it)."""
     from database import TuneFarmDatabase
-    from tuner.symbolic.planner import Planner
+    from tuner.planner import Planner
 
     db = TuneFarmDatabase(storage)
     planner = Planner(loaded.mod, tgt, db, profile, loaded.shape_vars)

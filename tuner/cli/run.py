@@ -48,7 +48,7 @@ from tuner.cli.common import (
 from tuner.cli.render import LiveProgress, kernel_profile_table
 from tuner.cluster.address import ray_address
 from tuner.errors import TuneFarmError
-from tuner.progress import fmt_sec
+from tuner.progress import LineProgress, fmt_sec
 
 if TYPE_CHECKING:
     from tuner.job import JobSummary
@@ -141,7 +141,11 @@ def tune(
             config,
             address=ray_addr,
             model_name=model.stem,
-            progress=None if as_json else LiveProgress(console),
+            progress=None
+            if as_json
+            else LiveProgress(console)
+            if console.is_terminal
+            else LineProgress(),
             buckets=buckets,
         )
     if as_json:
@@ -257,7 +261,11 @@ def _tune_planned(
                 stage_config,
                 address=address,
                 model_name=model.stem,
-                progress=None if as_json else LiveProgress(console),
+                progress=None
+                if as_json
+                else LiveProgress(console)
+                if console.is_terminal
+                else LineProgress(),
                 buckets={plan.var: list(plan.buckets)},
             )
             spent += summary.trials_measured

@@ -8,6 +8,10 @@
 - :mod:`tuner.search.driver`: the driver's loop: rounds handed to actors, candidates routed to
   builders and runners, results recorded and fed back, the next round generated while the
   current one builds.
+- :mod:`tuner.search.recorder`: :class:`Recorder`, what the driver records measured rounds
+  through (the job implements it).
+- :mod:`tuner.search.population`: how many candidates a round has and how large a population
+  its evolutionary search evolves.
 """
 
 from tuner.search.task import Candidate, ModelSpec, TaskSearch

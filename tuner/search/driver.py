@@ -34,6 +34,7 @@ from tuner.errors import TuneFarmError
 from tuner.pipeline import Task
 from tuner.search.actor import LocalTaskError, RemoteSearchActor, ThreadSearchActor
 from tuner.search.compile_cost import unroll_of_json
+from tuner.search.recorder import Recorder
 from tuner.search.scheduler import TaskProgress, next_task
 from tuner.search.task import GENERATIONS, Candidate, ModelSpec, TaskSpec, search_threads
 from workers.builder import RayBuilder
@@ -176,7 +177,7 @@ class ActorSearch:
         self.tasks, self.target, self.db = tasks, target, db
         self.builder, self.runner = builder, runner
         self.plan, self.max_trials = plan, max_trials
-        self.recorder: Any = None  # tuner.job.JobRecorder, from run()
+        self.recorder: Recorder | None = None  # from run()
         self.budget = TrialBudget(0)
         self.stats = SearchStats()
         self._target_json = TargetKey.of(target).json
@@ -324,13 +325,13 @@ class ActorSearch:
     # ------------------------------------------------------------------ loop
     def run(
         self,
-        recorder: Any,
+        recorder: Recorder,
         budget: TrialBudget,
         want: list[int] | None = None,
         baselines: list[float | None] | None = None,
     ) -> None:
         """Search until ``budget`` is spent or every task's search is exhausted, recording
-        through ``recorder`` (a :class:`tuner.job.JobRecorder`). ``want``: candidates each task
+        through ``recorder``. ``want``: candidates each task
         may be sent (a planned split); ``baselines``: the untuned latencies, for the scheduler."""
         self.recorder, self.budget = recorder, budget
         for i, progress in enumerate(self.progress):
@@ -344,8 +345,10 @@ class ActorSearch:
             self._submit(gen, queued)
             self._collect(gen, ready, queued, block=not ready)
             if not ready:
-                if not gen:
-                    break
+                if not gen:  # nothing in flight: a restarted actor's tasks go again, or done
+                    self._submit(gen, queued)
+                    if not gen:
+                        break
                 continue
             task, cands = ready.popleft()
             queued.discard(task)
@@ -424,26 +427,28 @@ class ActorSearch:
                 self._told = []
         if self.budget.closed_by == "time":
             return
+        recorder = self.recorder
+        assert recorder is not None  # set by run()
         futures = self.runner.run_json(
             [(b.artifact_path, c.args_info_json) for b, c in zip(built, cands, strict=True)],
-            best_sec=self.recorder.states[task].best_sec,
+            best_sec=recorder.best_sec(task),
             group=self.tasks[task].name,
         )
         results = [f.result() for f in futures]
         # what the builds took, for a compile-aware pick (before the recorder takes the
         # ledger's entries); nothing to look up for a search that does not use them
         build_secs = self._build_secs(built) if self.plan.compile_aware else None
-        resumed = self.recorder.resumed
-        self.recorder.record(
+        resumed = recorder.resumed
+        recorder.record(
             task, lambda i: (cands[i].trace_json, cands[i].args_info_json), built, results
         )
         progress = self.progress[task]
         # a candidate the database had measured (in an earlier job or round) is no trial:
         # it does not count against the task's share (a planned stage 2 ended at 29 of its
         # 32 trials, three tasks one short each)
-        progress.refund(self.recorder.resumed - resumed, len(cands))
+        progress.refund(recorder.resumed - resumed, len(cands))
         progress.rounds += 1
-        progress.measured(self.recorder.states[task].best_sec)
+        progress.measured(recorder.best_sec(task))
         self.stats.rounds += 1
         told = [
             (

@@ -356,7 +356,7 @@ class RangeKernel:
     @property
     def key(self) -> str:
         """The kernel's structural hash: the tune stores its measured time under it
-        (:mod:`tuner.symbolic.probes`), the build looks it up by it."""
+        (:mod:`tuner.job.probes`), the build looks it up by it."""
         return shash_of(self.func)
 
     def args_at(self, value: int) -> list[list[Any]]:
@@ -558,7 +558,7 @@ def range_variants(
     two buckets pays for the larger bucket's tile: BERT's ``q @ k^T`` tuned at s=128 has a
     tile of 32 or more, so s=100 computes 128 x 128 scores; the fine kernel computes about
     100 x 100 at the price of the cache tiles it dropped, and the tune times both
-    (:mod:`tuner.symbolic.probes`) so that the build's rule can weigh one against the other
+    (:mod:`tuner.job.probes`) so that the build's rule can weigh one against the other
     at every value. Empty when the record does not transplant."""
     coarse = _padded(func, rewrite, var_name)
     if coarse is None:

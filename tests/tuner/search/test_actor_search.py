@@ -18,16 +18,20 @@ pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
 
 class KillSearchActors:
-    """A job's progress callback that kills every search actor after the first round."""
+    """A job's progress callback that kills every search actor at its ``at``-th advance: the
+    first counts the records before the search (no round searched yet), the second follows
+    the first round."""
 
-    def __init__(self) -> None:
+    def __init__(self, at: int) -> None:
         self.killed: list[str] = []
+        self.at, self.advances = at, 0
 
     def start(self, tasks: Sequence[TaskState], total: int) -> None:
         pass
 
     def advance(self, n: int) -> None:
-        if self.killed:
+        self.advances += 1
+        if self.killed or self.advances != self.at:
             return
         for entry in ray.util.list_named_actors(all_namespaces=True):
             name = entry["name"] if isinstance(entry, dict) else entry
@@ -40,7 +44,12 @@ class KillSearchActors:
         pass
 
 
-def test_a_search_actor_that_dies_is_rebuilt_from_the_database(sqlite_url, llvm_target) -> None:
+@pytest.mark.parametrize("at", [1, 2], ids=["before-its-first-round", "after-a-round"])
+def test_a_search_actor_that_dies_is_rebuilt_from_the_database(
+    sqlite_url, llvm_target, at: int
+) -> None:
+    """Nothing in flight when it dies (before its first round) or a round generating: the
+    task is rebuilt and searched on to its budget."""
     model = load_model(TINY)
     config = TuneConfig(
         trials=12,
@@ -49,7 +58,7 @@ def test_a_search_actor_that_dies_is_rebuilt_from_the_database(sqlite_url, llvm_
         search="ray",
         measure=MeasureConfig(min_repeat_ms=5, repeat=1),
     )
-    killer = KillSearchActors()
+    killer = KillSearchActors(at)
     summary = tune(model.mod, llvm_target, Storage(sqlite_url), config, progress=killer)
     assert killer.killed  # the fault was injected
     assert summary.search["mode"] == "ray" and summary.search["restarts"] == 1

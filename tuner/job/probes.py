@@ -97,7 +97,7 @@ def range_probes(
     linked: Linked, by_name: dict[str, Task], db: TuneFarmDatabase, target: tvm.target.Target
 ) -> list[Probe]:
     """One probe per bucket's range kernel: the bucket's best record, transplanted as the
-    build does (:func:`tuner.symbolic.dispatch.add_dispatch`; its fine variant too, see
+    build does (:func:`tuner.symbolic.dispatch.emit.add_dispatch`; its fine variant too, see
     :func:`~tuner.symbolic.rangekernel.range_variants`), timed at the bucket padded to its
     tile. Buckets whose best record is the default schedule (its range kernel is the
     generic code), kernels the build gives no range kernel (a reduction over ``v`` that no

@@ -31,6 +31,7 @@ from tuner.cli.common import (
     DbOpt,
     EntryOpt,
     ExchangeOpt,
+    GainOpt,
     JobOpt,
     KeepParamsOpt,
     MinRepeatOpt,
@@ -44,10 +45,12 @@ from tuner.cli.common import (
     TimeBudgetOpt,
     TransferOpt,
     TrialsOpt,
+    UntilConvergedOpt,
     check_model_file,
     check_output_file,
     check_tune_options,
     console,
+    converge_gain,
     err_console,
     open_storage,
     parse_duration,
@@ -100,6 +103,8 @@ def submit(
     siblings: SiblingsOpt = 4,
     exchange: ExchangeOpt = False,
     time_budget: TimeBudgetOpt = None,
+    until_converged: UntilConvergedOpt = False,
+    gain: GainOpt = 0.02,
     python: Annotated[
         str, typer.Option(help="Python of TuneFarm's environment on the cluster.")
     ] = "python",
@@ -120,6 +125,7 @@ def submit(
     check_model_file(model)
     check_tune_options(trials, per_iter, min_repeat_ms, siblings, screen)
     parse_duration("--time-budget", time_budget)
+    converge_gain(until_converged, gain)  # checked here, before contacting the cluster
     if target in ("llvm", "arm64") or target.lstrip().startswith("{"):
         resolve_target(target, arch)  # cuda's arch may come from the cluster's GPU
     parse_shape_options(shape or [])
@@ -144,6 +150,8 @@ def submit(
         "--siblings": siblings,
         "--exchange": exchange,
         "--time-budget": time_budget,
+        "--until-converged": until_converged,
+        "--gain": gain if until_converged else None,
     }
     submission_id = f"tunefarm-{name}-{uuid.uuid4().hex[:6]}"
     with tempfile.TemporaryDirectory(prefix="tunefarm-submit-") as work:

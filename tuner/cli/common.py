@@ -180,6 +180,13 @@ def check_range(flag: str, value: float | None, low: float, high: float) -> None
         raise TuneFarmError(f"{flag} must be between {low:g} and {high:g} (got {value})")
 
 
+def converge_gain(until_converged: bool, gain: float) -> float | None:
+    """The threshold of ``--until-converged [--gain G]`` (None: not asked for); G checked."""
+    if not (math.isfinite(gain) and 0 < gain < 1):
+        raise TuneFarmError(f"--gain must be between 0 and 1, exclusive (got {gain:g})")
+    return gain if until_converged else None
+
+
 # Options of a tune job, shared by `tune` and `submit` (which forwards them to `tune`).
 TrialsOpt = Annotated[int, typer.Option(help="Trial budget for the whole model.")]
 JobOpt = Annotated[str | None, typer.Option(help="Job name (default: model and time).")]
@@ -257,6 +264,24 @@ TimeBudgetOpt = Annotated[
         show_default="no limit",
     ),
 ]
+UntilConvergedOpt = Annotated[
+    bool,
+    typer.Option(
+        "--until-converged",
+        help="Stop each task once the gain it may still find (from its best-so-far curve and "
+        "its timings' noise) is below --gain; its share goes to the tasks still improving. "
+        "--trials and --time-budget stay hard caps.",
+    ),
+]
+GainOpt = Annotated[
+    float,
+    typer.Option(
+        "--gain",
+        help="With --until-converged: the expected gain, a fraction of a task's best, below "
+        "which a task is converged.",
+    ),
+]
+
 CostModelOpt = Annotated[
     str, typer.Option("--cost-model", help="Cost model: tunefarm, xgb (stock) or random.")
 ]

@@ -22,6 +22,7 @@ from tuner.cli.common import (
     DbOpt,
     EntryOpt,
     ExchangeOpt,
+    GainOpt,
     JobOpt,
     KeepParamsOpt,
     MinRepeatOpt,
@@ -37,10 +38,12 @@ from tuner.cli.common import (
     TransferOpt,
     TrialsOpt,
     TuneAddressOpt,
+    UntilConvergedOpt,
     check_model_file,
     check_output_file,
     check_tune_options,
     console,
+    converge_gain,
     open_storage,
     parse_duration,
     user_errors,
@@ -78,6 +81,8 @@ def tune(
     search: SearchOpt = "auto",
     stages: cli_plan.StagesOpt = 2,
     time_budget: TimeBudgetOpt = None,
+    until_converged: UntilConvergedOpt = False,
+    gain: GainOpt = 0.02,
 ) -> None:
     """Tune MODEL's kernels on Ray workers and store the best schedules in the database.
 
@@ -111,6 +116,7 @@ def tune(
         exchange=exchange,
         search=search,
         time_budget_sec=time_budget_sec,
+        until_converged=converge_gain(until_converged, gain),
     )
     if shape_profile is not None:
         _tune_planned(
@@ -310,7 +316,13 @@ def print_tune_summary(summary: JobSummary) -> None:
         )
     for name in summary.skipped:
         console.print(f"[yellow]skipped[/yellow] {name}")
-    if summary.stopped_by == "time":
+    converged = sum(t.converged for t in summary.tasks)
+    if converged:
+        console.print(
+            f"converged: {converged} of {len(summary.tasks)} task(s) (expected gain below "
+            f"--gain), {summary.trials_measured} trials measured"
+        )
+    if summary.stopped_by == "time_budget":
         console.print(
             f"time budget reached: {summary.trials_measured} of "
             f"{summary.trials_budget - summary.trials_before} trials measured"

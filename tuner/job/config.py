@@ -9,6 +9,7 @@ import tvm
 
 from tuner.cost_model import check_name
 from tuner.errors import TuneFarmError
+from tuner.search.convergence import ConvergenceConfig
 from tuner.search.population import search_population
 from tuner.search.task import GENERATIONS, SIBLINGS
 from tuner.targets import device_kind
@@ -79,6 +80,10 @@ class TuneConfig:
     # at the same final latency; the MLP and the transformer block gained no wall time, and
     # the MLP's warm final kernels re-timed 1.12x slower (docs/time-to-quality.md)
     compile_aware: bool = False
+    # tune --until-converged: each task stops once the gain it may still find falls below this
+    # fraction of its best (tuner.search.convergence), its share going to the tasks still
+    # improving; None: every task searches until --trials or --time-budget
+    until_converged: float | None = None
 
     @property
     def round_cap(self) -> int:
@@ -118,6 +123,13 @@ class TuneConfig:
             raise TuneFarmError(f"generations must be at least 1 (got {self.generations})")
         if self.trials < 1:
             raise TuneFarmError(f"--trials must be at least 1 (got {self.trials})")
+        if self.until_converged is not None:
+            ConvergenceConfig(gain=self.until_converged)  # its range checked
+            if self.search == "driver" or self.transfer:
+                raise TuneFarmError(
+                    "--until-converged needs the pipelined search (--search auto, thread or "
+                    "ray), not MetaSchedule's loop (--search driver or --transfer)"
+                )
         if self.trials_per_iter < 1:
             raise TuneFarmError(
                 f"trials per iteration must be at least 1 (got {self.trials_per_iter})"

@@ -94,6 +94,7 @@ def start_actor_search(
         siblings=config.siblings if config.warm_start else 0,
         exchange=config.exchange and config.warm_start,
         compile_aware=config.compile_aware,
+        converge_gain=config.until_converged,
     )
     search = ActorSearch(
         tasks, target, db, builder, runner, model_spec(config, cost_model), plan, config.trials

@@ -36,6 +36,7 @@ from tuner.job.recorder import JobRecorder
 from tuner.job.summary import JobSummary, TaskSummary, device_busy
 from tuner.job.tasks import JobTasks, job_tasks, thin_budget_warning
 from tuner.progress import JobProgress, SilentProgress, TaskState
+from tuner.search.convergence import Estimate
 from tuner.search.driver import ActorSearch
 from tuner.startup import SearchPrep
 from tuner.targets import device_kind
@@ -389,8 +390,12 @@ class _Job:
             self.search_info["cost_model"] = self.prep.note()  # cold, or from what history
         if self.recorder is not None and (confirmed := self.recorder.confirm_note()) is not None:
             self.search_info["confirmed"] = confirmed
+        search = self.search_actors
+        estimates = search.estimates() if search is not None else [None] * len(self.states)
+        converged = [p.converged for p in search.progress] if search else [False] * len(estimates)
         tasks = [
-            self._task_summary(t, s) for t, s in zip(self.found.tasks, self.states, strict=True)
+            self._task_summary(*row)
+            for row in zip(self.found.tasks, self.states, estimates, converged, strict=True)
         ]
         done = self.trials_done
         update_job(
@@ -420,11 +425,25 @@ class _Job:
             phases=phases,
             search=self.search_info,
             devices=self.devices,
-            stopped_by=self.budget.closed_by if self.budget is not None else None,
+            stopped_by=self._stopped_by(),
             buckets=self.found.buckets,
         )
 
-    def _task_summary(self, task: Any, state: TaskState) -> TaskSummary:
+    def _stopped_by(self) -> str | None:
+        """Why the search ended: a cap, Ctrl-C, every task converged, or None (its tasks'
+        searches had nothing more to offer before the trials were spent)."""
+        budget = self.budget
+        if budget is None:
+            return None
+        if budget.closed_by is not None:
+            return {"time": "time_budget", "user": "interrupted"}.get(budget.closed_by)
+        if self.search_actors is not None and self.search_actors.converged:
+            return "converged"
+        return "trials" if budget.left <= 0 else None
+
+    def _task_summary(
+        self, task: Any, state: TaskState, estimate: Estimate | None, converged: bool
+    ) -> TaskSummary:
         found = self.db.best(task.mod, self.target)
         return TaskSummary(
             name=task.name,
@@ -434,6 +453,8 @@ class _Job:
             best_sec=found.mean_sec if found and found.level in ("device", "target") else None,
             baseline_sec=state.baseline_sec,
             flops=task.flops,
+            expected_gain=None if estimate is None else round(estimate.expected_gain, 4),
+            converged=converged,
         )
 
 
@@ -447,6 +468,7 @@ def _config_row(config: TuneConfig) -> dict[str, Any]:
         "transfer": config.transfer,
         "exchange": config.exchange,
         "time_budget_sec": config.time_budget_sec,
+        "until_converged": config.until_converged,
     }
 
 

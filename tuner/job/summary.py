@@ -17,6 +17,10 @@ class TaskSummary:
     best_sec: float | None
     baseline_sec: float | None
     flops: float | None
+    # the gain its search may still find, a fraction of its best (tuner.search.convergence;
+    # None: the pipelined search measured no round of it), and whether it stopped on it
+    expected_gain: float | None = None
+    converged: bool = False
 
     @property
     def gflops(self) -> float | None:
@@ -55,7 +59,8 @@ class JobSummary:
     # budget spent): busy_sec (the device actors' time on candidates), window_sec, slots and
     # busy = busy_sec / (window_sec * slots)
     devices: dict[str, Any] = field(default_factory=dict)
-    # why the search ended before the trials were spent: "time" (the time budget) or None
+    # why the search ended: "trials" (spent), "time_budget", "converged" (every task, with
+    # --until-converged), "interrupted", or None (nothing left to search)
     stopped_by: str | None = None
     # a symbolic model's buckets: variable -> the values its tasks were tuned at
     buckets: dict[str, list[int]] = field(default_factory=dict)

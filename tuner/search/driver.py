@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import time
 from collections import deque
 from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future
@@ -34,6 +35,7 @@ from tuner.errors import TuneFarmError
 from tuner.pipeline import Task
 from tuner.search.actor import LocalTaskError, RemoteSearchActor, ThreadSearchActor
 from tuner.search.compile_cost import unroll_of_json
+from tuner.search.convergence import DEFAULT_GAIN, ConvergenceConfig, Estimate, estimate
 from tuner.search.recorder import Recorder
 from tuner.search.scheduler import TaskProgress, next_task
 from tuner.search.task import GENERATIONS, Candidate, ModelSpec, TaskSpec, search_threads
@@ -126,6 +128,9 @@ class SearchPlan:
     exchange: bool = False
     # pick each round by the model's order per expected compile second (TaskSpec.compile_aware)
     compile_aware: bool = False
+    # tune --until-converged: a task whose expected gain falls below this gets no more rounds
+    # (tuner.search.convergence); None: every task searches until the budget is spent
+    converge_gain: float | None = None
 
     def __post_init__(self) -> None:
         if self.host not in HOSTS:
@@ -195,6 +200,7 @@ class ActorSearch:
         self.actors: list[Any] = [None] * self.n_actors
         self._generation = [0] * self.n_actors
         self.progress = [TaskProgress(weight=float(t.weight), want=max_trials) for t in tasks]
+        self.convergence = ConvergenceConfig(gain=plan.converge_gain or DEFAULT_GAIN)
         self._ready_refs: list[Any] = []
         self._told: list[Any] = []  # results sent to the actors, their refits maybe running
         # the bucket exchange: seeds each task was sent (by trace), and how many mid-job
@@ -352,6 +358,9 @@ class ActorSearch:
                 continue
             task, cands = ready.popleft()
             queued.discard(task)
+            if self.progress[task].converged:  # generated before it converged: not measured
+                self.progress[task].sent -= len(cands)
+                continue
             self._submit(gen, queued)  # the actors generate while this round builds
             self._measure(task, cands, gen, ready, queued)
         if self.budget.closed_by == "user":  # Ctrl-C while waiting on the search: unwind
@@ -446,9 +455,10 @@ class ActorSearch:
         # a candidate the database had measured (in an earlier job or round) is no trial:
         # it does not count against the task's share (a planned stage 2 ended at 29 of its
         # 32 trials, three tasks one short each)
-        progress.refund(recorder.resumed - resumed, len(cands))
+        hits = recorder.resumed - resumed
+        progress.refund(hits, len(cands))
         progress.rounds += 1
-        progress.measured(recorder.best_sec(task))
+        self._judge(progress, recorder.best_sec(task), results, len(cands) - hits)
         self.stats.rounds += 1
         told = [
             (
@@ -464,6 +474,31 @@ class ActorSearch:
         for other, actor in enumerate(self.actors):  # every copy of the model learns from it
             if other != slot:
                 self._told.append(actor.absorb.remote(rows))
+
+    def _judge(
+        self, progress: TaskProgress, best_sec: float | None, results: list[Any], new: int
+    ) -> None:
+        """A task's measured round in its history, its gain still available estimated; with
+        ``plan.converge_gain``, a task below it is converged (sent no more rounds)."""
+        before = next((b for b in reversed(progress.best) if math.isfinite(b)), math.inf)
+        progress.measured(best_sec, new)
+        timed = [[float(s) for s in r.run_secs] for r in results if r.run_secs and not r.error_msg]
+        fastest = min(timed, key=lambda secs: sum(secs) / len(secs), default=None)
+        if fastest is not None and sum(fastest) / len(fastest) < before:  # the round's new best
+            progress.samples = tuple(fastest)
+        progress.estimate = estimate(progress.history(), self.convergence)
+        if self.plan.converge_gain is not None and progress.estimate.converged:
+            progress.converged = True
+
+    @property
+    def converged(self) -> bool:
+        """Every task converged (or its search exhausted), at least one converged."""
+        done = all(p.converged or p.exhausted for p in self.progress)
+        return done and any(p.converged for p in self.progress)
+
+    def estimates(self) -> list[Estimate | None]:
+        """Each task's latest estimate of the gain still available (None: no round measured)."""
+        return [p.estimate for p in self.progress]
 
     def _build_secs(self, built: list[Any]) -> list[float | None]:
         """What each of a round's candidates took to compile (None: not built by this round,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from tuner.search.convergence import Estimate, TaskHistory
+
 # rounds in a row that brought only candidates measured before, after which a task's search
 # counts as exhausted (its share's refunds would otherwise ask it for rounds for ever)
 MAX_STALE_ROUNDS = 3
@@ -22,16 +24,26 @@ class TaskProgress:
     best: list[float] = field(default_factory=list)  # best latency after each measured round
     exhausted: bool = False  # its search has nothing more to offer
     stale: int = 0  # rounds in a row of candidates all measured before (no new record)
+    tried: list[int] = field(default_factory=list)  # its new trials after each measured round
+    samples: tuple[float, ...] = ()  # the timed runs of its best found by this search
+    estimate: Estimate | None = None  # the gain still available (tuner.search.convergence)
+    converged: bool = False  # its expected gain fell below the job's --gain: no more rounds
 
     @property
     def open(self) -> bool:
-        return not self.exhausted and self.sent < self.want
+        return not self.exhausted and not self.converged and self.sent < self.want
 
-    def measured(self, best_sec: float | None) -> None:
-        """A round of this task was measured; ``best_sec``: its best latency so far."""
+    def measured(self, best_sec: float | None, new_trials: int = 0) -> None:
+        """A round of this task was measured; ``best_sec``: its best latency so far;
+        ``new_trials``: the round's candidates that were new records."""
         last = self.best[-1] if self.best else self.baseline_sec
         value = best_sec if best_sec is not None else last
         self.best.append(value if value is not None else math.inf)
+        self.tried.append((self.tried[-1] if self.tried else 0) + new_trials)
+
+    def history(self) -> TaskHistory:
+        """What :func:`tuner.search.convergence.estimate` judges."""
+        return TaskHistory(tuple(self.tried), tuple(self.best), self.samples)
 
     def refund(self, hits: int, sent: int) -> None:
         """``hits`` of a round's ``sent`` candidates were measured before (no new record, no

@@ -15,7 +15,7 @@ from tuner.search.convergence import (
 )
 from tuner.search.scheduler import TaskProgress, next_task
 
-CONFIG = ConvergenceConfig(gain=0.02, horizon=4.0, min_rounds=3, z=2.0)
+CONFIG = ConvergenceConfig(gain=0.02, horizon=4.0, min_rounds=3, min_trials=0, z=2.0)
 TRIALS = (8, 16, 24, 32, 40, 48, 56, 64)
 
 
@@ -57,6 +57,9 @@ def test_too_few_rounds_or_nothing_valid_is_not_converged() -> None:
     half the trials, everything may still be gained."""
     assert not estimate(history([1.0, 1.0]), CONFIG).converged
     assert estimate(history([1.0, 1.0, 1.0]), CONFIG).converged
+    # 24 trials flat over their last 16: not yet 32 trials, not converged
+    assert not estimate(history([1.0, 1.0, 1.0]), ConvergenceConfig(min_trials=32)).converged
+    assert estimate(history([1.0, 1.0, 1.0, 1.0]), ConvergenceConfig(min_trials=32)).converged
     assert estimate(history([math.inf, math.inf, math.inf]), CONFIG).expected_gain == 1.0
     one_round = TaskHistory((64,), (1.0,))
     assert estimate(one_round, ConvergenceConfig(min_rounds=1)).expected_gain == 1.0
@@ -65,7 +68,7 @@ def test_too_few_rounds_or_nothing_valid_is_not_converged() -> None:
 
 def test_a_looser_gain_converges_a_curve_a_tighter_one_does_not() -> None:
     best = [2.0, 1.5, 1.3, 1.1, 1.07, 1.04, 1.02, 0.99]
-    assert estimate(history(best), ConvergenceConfig(gain=0.25)).converged
+    assert estimate(history(best), ConvergenceConfig(gain=0.25, min_trials=0)).converged
     assert not estimate(history(best), ConvergenceConfig(gain=0.1)).converged
 
 
@@ -77,6 +80,7 @@ def test_a_looser_gain_converges_a_curve_a_tighter_one_does_not() -> None:
         {"gain": math.nan},
         {"horizon": 1.0},
         {"min_rounds": 0},
+        {"min_trials": -1},
         {"z": -1},
     ],
 )

@@ -390,9 +390,9 @@ class _Job:
             self.search_info["cost_model"] = self.prep.note()  # cold, or from what history
         if self.recorder is not None and (confirmed := self.recorder.confirm_note()) is not None:
             self.search_info["confirmed"] = confirmed
-        search = self.search_actors
-        estimates = search.estimates() if search is not None else [None] * len(self.states)
-        converged = [p.converged for p in search.progress] if search else [False] * len(estimates)
+        search, n = self.search_actors, len(self.states)
+        estimates = search.estimates() if search is not None else [None] * n
+        converged = [p.converged for p in search.progress] if search is not None else [False] * n
         tasks = [
             self._task_summary(*row)
             for row in zip(self.found.tasks, self.states, estimates, converged, strict=True)

@@ -420,7 +420,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"pairs: {pairs_path} (each finished pair appended)")
 
     def save(data: dict[str, Any]) -> None:
-        body = {"machine": machine, "loadavg": list(os.getloadavg()), **data}
+        body = {
+            "machine": machine,
+            "commit": header["commit"],
+            "pairs": str(pairs_path),
+            "loadavg": list(os.getloadavg()),
+            **data,
+        }
         out.write_text(json.dumps(body, indent=2))
 
     # run saves after every run, the last included

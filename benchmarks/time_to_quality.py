@@ -1089,6 +1089,8 @@ def main(argv: list[str] | None = None) -> int:
         "history_trials_per_task": args.history_trials_per_task,
         "history_per_seed": args.history_per_seed,
         "budget": args.budget,
+        "commit": header["commit"],
+        "pairs": str(pairs_path),
         "workloads": {},
     }
     with tempfile.TemporaryDirectory(prefix="ttq-") as tmp_dir:

@@ -55,14 +55,7 @@ from typing import Any
 
 from benchmarks.common import disturbed, foreign_load, machine_header, results_path
 from benchmarks.models import _cli, _json_of
-from benchmarks.verdict import (
-    PairsError,
-    alternate,
-    append_pair,
-    last_settings,
-    pair_header,
-    read_pairs,
-)
+from benchmarks.verdict import alternate, append_pair, pair_header, resume
 from tuner.symbolic.planner import powers_of_two, tileable
 from tuner.symbolic.profile import profile_from_mapping
 
@@ -395,16 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.resume is not None:
         # a later run of the same protocol, on any host: the file's settings, the next seeds
-        if args.resume.suffix != ".jsonl":
-            parser.error(f"--resume takes a pairs file (.jsonl), not {args.resume}")
-        try:
-            earlier = [p for p in read_pairs(args.resume) if p["benchmark"] == "planner"]
-        except PairsError as err:
-            parser.error(str(err))
-        if not earlier:
-            parser.error(f"{args.resume} holds no planner pairs")
-        for key, value in last_settings(earlier).items():
-            setattr(args, key, value)
+        earlier = resume(parser, args, "planner")
         first = max(p["seed"] for p in earlier) + 1
         args.seeds = list(range(first, first + max(1, len(args.seeds))))
     if args.trials < 1 or args.stages < 1 or not args.seeds:

@@ -131,15 +131,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import machine_header, results_path
-from benchmarks.verdict import (
-    PairsError,
-    alternate,
-    append_pair,
-    last_settings,
-    next_seed,
-    pair_header,
-    read_pairs,
-)
+from benchmarks.verdict import alternate, append_pair, next_seed, pair_header, resume
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKLOADS: dict[str, tuple[str, dict[str, list[int]]]] = {
@@ -1039,16 +1031,7 @@ def main(argv: list[str] | None = None) -> int:
     earlier: list[dict[str, Any]] = []
     if args.resume is not None:
         # a later run of the same protocol, on any host: the file's settings, the next seeds
-        if args.resume.suffix != ".jsonl":
-            parser.error(f"--resume takes a pairs file (.jsonl), not {args.resume}")
-        try:
-            earlier = [p for p in read_pairs(args.resume) if p["benchmark"] == "time-to-quality"]
-        except PairsError as err:
-            parser.error(str(err))
-        if not earlier:
-            parser.error(f"{args.resume} holds no time-to-quality pairs")
-        for key, value in last_settings(earlier).items():
-            setattr(args, key, value)
+        earlier = resume(parser, args, "time-to-quality")
     if args.history_trials_per_task is None:
         args.history_trials_per_task = args.trials_per_task
     if args.seeds < 1 or args.trials_per_task < 1 or args.history_trials_per_task < 1:

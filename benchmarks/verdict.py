@@ -162,6 +162,26 @@ def last_settings(pairs: list[dict[str, Any]]) -> dict[str, Any]:
     return dict(pairs[-1].get("settings") or {}) if pairs else {}
 
 
+def resume(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, benchmark: str
+) -> list[dict[str, Any]]:
+    """``--resume FILE``: ``args`` given the protocol settings of FILE's last ``benchmark``
+    pair; FILE's pairs of that benchmark. A usage error (``parser.error``) for a file that is
+    not a pairs file or holds none."""
+    path: Path = args.resume
+    if path.suffix != ".jsonl":
+        parser.error(f"--resume takes a pairs file (.jsonl), not {path}")
+    try:
+        pairs = [p for p in read_pairs(path) if p["benchmark"] == benchmark]
+    except PairsError as err:
+        parser.error(str(err))
+    if not pairs:
+        parser.error(f"{path} holds no {benchmark} pairs")
+    for key, value in last_settings(pairs).items():
+        setattr(args, key, value)
+    return pairs
+
+
 def next_seed(pairs: list[dict[str, Any]], cell: dict[str, str]) -> int:
     """The first seed after every pair of ``cell`` (``{"workload": "mlp"}``, ...)."""
     seeds = [p["seed"] for p in pairs if all(p.get(k) == v for k, v in cell.items())]

@@ -9,10 +9,10 @@ process and its own fresh database.
   median 24, to the bound), 20,000 samples each.
 - **Strategies** at the same ``--trials``: ``planned`` (``tune --shape-profile``; the plan's
   predicted mean is read from ``tunefarm plan --json`` on the same empty database first),
-  ``pow2`` (the planner's own alternative, :func:`tuner.symbolic.planner.powers_of_two`) and
+  ``pow2`` (the planner's own alternative, :func:`tuner.planner.powers_of_two`) and
   two hand choices of three buckets from the profile's quantiles (``hand-a``: p50, p90, max;
   ``hand-b``: p25, p75, p99), each rounded up as the planner's candidates are
-  (:func:`~tuner.symbolic.planner.tileable`); ``best hand`` is the better
+  (:func:`~tuner.planner.tileable`); ``best hand`` is the better
   of the two as measured.
 - **Figures** per (model, profile): the measured traffic-weighted mean of each strategy (median
   over seeds, with the range), planned / pow2, planned / best hand, and the plan's predicted

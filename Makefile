@@ -60,7 +60,7 @@ BENCH_THREADS ?= $(shell nproc)
 bench: $(STAMP)
 	OPENBLAS_NUM_THREADS=$(BENCH_THREADS) TVM_NUM_THREADS=$(BENCH_THREADS) \
 		$(BIN)/python -m benchmarks suite $(BENCH_ARGS)
-	$(BIN)/python -m benchmarks time-to-quality --workloads mlp --seeds 3 --trials-per-task 8
+	$(BIN)/python -m benchmarks time-to-quality --workloads mlp --seeds 3 --trials-per-task 8 --budget trials
 
 # The per-model and symbolic-shape benchmarks (longer; figures in docs/symbolic-shapes.md).
 bench-models: $(STAMP)

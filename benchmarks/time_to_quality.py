@@ -998,7 +998,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from rich.console import Console
 
-    from tuner.bench import bench_threads
+    from tuner.bench.timing import bench_threads
     from tuner.job import TuneConfig, trials_per_round
     from tuner.targets import resolve_target
 

@@ -7,7 +7,7 @@ import pytest
 
 from benchmarks.models import MODELS, SUITE_MODELS, row_of
 from benchmarks.report import render
-from tuner.bench import BenchResult, Paired, RuntimeResult
+from tuner.bench.results import BenchResult, Paired, RuntimeResult
 
 
 def _bench_json(error: str | None, spread: float | None = None, paired: dict | None = None) -> dict:

@@ -14,15 +14,10 @@ from typer.testing import CliRunner
 
 from database import Storage, TuneFarmDatabase
 from tests.cli_assert import one_line_error
-from tuner.bench import (
-    BenchResult,
-    Paired,
-    RuntimeResult,
-    bench,
-    runtime_notes,
-    runtimes_for,
-    runtimes_table,
-)
+from tuner.bench.results import BenchResult, Paired, RuntimeResult, runtime_notes
+from tuner.bench.run import bench
+from tuner.bench.runtimes import runtimes_for
+from tuner.cli.render import runtimes_table
 from tuner.cli import app
 from tuner.model import load_model
 
@@ -219,7 +214,7 @@ def test_cli_runtimes_option(tiny_pt2: Path, cumprod_pt2: Path, tmp_path: Path) 
     # an export that fails: one line in the output, no traceback, exit 0 (TuneFarm agrees)
     js = tmp_path / "b.json"
     args = ["bench", str(cumprod_pt2), "--shape", "s=8", "--runtimes", "onnxruntime"]
-    result = runner.invoke(app, [*args, *db, "--json", str(js)])
+    result = runner.invoke(app, [*args, *db, "-o", str(js)])
     assert result.exit_code == 0, result.output
     assert "Traceback" not in result.output and "side by side" in result.output
     assert "onnxruntime: not run: torch.onnx.export failed: DispatchError" in " ".join(

@@ -52,7 +52,7 @@ def test_bench_on_cluster(tuned_db, tmp_path) -> None:
         cluster.wait_for_nodes()
         out = tmp_path / "bench.json"
         args = ["bench", str(TINY), "--address", cluster.address, "--db", tuned_db.url]
-        result = runner.invoke(app, [*args, "--json", str(out)])
+        result = runner.invoke(app, [*args, "-o", str(out)])
         assert result.exit_code == 0, result.output
         assert "tuned vs untuned" in result.output and "cpu (cpu@" in result.output
         rows = json.loads(out.read_text())["results"]
@@ -66,7 +66,7 @@ def test_bench_on_cluster(tuned_db, tmp_path) -> None:
         assert row["fingerprint"]  # reported by the runner that measured it
 
         # --json -: the JSON alone on stdout
-        printed = runner.invoke(app, [*args, "--json", "-"])
+        printed = runner.invoke(app, [*args, "--json"])
         assert printed.exit_code == 0, printed.output
         assert json.loads(printed.stdout)["results"][0]["kind"] == "cpu"
 

@@ -10,7 +10,7 @@ import tvm
 
 from database import Storage, TuneFarmDatabase, shash_of
 from tests.conftest import DATA, store_bucket_record
-from tuner.bench import bench, sweep_values
+from tuner.bench.run import bench, sweep_values
 from tuner.compile import apply_database, compile
 from tuner.errors import TuneFarmError
 from tuner.model import load_model
@@ -827,7 +827,7 @@ def test_generic_kernel_serves_small_values_from_a_stored_tune(tmp_path, llvm_ta
 
 
 def test_bench_flags_values_where_tuned_is_slower() -> None:
-    from tuner.bench import BenchResult, slower_note, slower_shapes
+    from tuner.bench.results import BenchResult, slower_note, slower_shapes
 
     def result(s: int, untuned: float, tuned: float) -> BenchResult:
         return BenchResult(

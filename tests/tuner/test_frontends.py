@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from database import Storage
 from tests.cli_assert import one_line_error
-from tuner.bench import random_inputs
+from tuner.bench.timing import random_inputs
 from tuner.cli import app
 from tuner.compile import compile as tf_compile
 from tuner.errors import TuneFarmError

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 pytest.importorskip("torch", reason="needs torch: pip install 'tunefarm[torch]'")
 pytest.importorskip("transformers", reason="needs transformers: pip install 'tunefarm[hf]'")
 
-from tuner.bench import random_inputs
+from tuner.bench.timing import random_inputs
 from tuner.cli import app
 from tuner.compile import compile as tf_compile
 from tuner.frontends.reference import flat_outputs
@@ -205,7 +205,7 @@ def test_hf_bert_tune_bench_by_axis(hf_files, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     js = tmp_path / "bench.json"
     result = runner.invoke(
-        app, ["bench", path, "--shape", "input_ids.1=2,16,64", "--json", str(js), *db]
+        app, ["bench", path, "--shape", "input_ids.1=2,16,64", "-o", str(js), *db]
     )
     assert result.exit_code == 0, result.output
     rows = json.loads(js.read_text())["results"]
@@ -225,7 +225,7 @@ def test_hf_bert_onnx_tune_bench_by_axis(hf_files, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     js = tmp_path / "bench.json"
     result = runner.invoke(
-        app, ["bench", path, "--shape", "input_ids.1=2,16", "--json", str(js), *db]
+        app, ["bench", path, "--shape", "input_ids.1=2,16", "-o", str(js), *db]
     )
     assert result.exit_code == 0, result.output
     rows = json.loads(js.read_text())["results"]

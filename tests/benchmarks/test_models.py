@@ -80,6 +80,7 @@ def test_suite_models_are_known() -> None:
     assert all(MODELS[m].get("bench") for m in SUITE_MODELS)
 
 
+@pytest.mark.slow
 def test_hf_models_export_and_count_their_tasks(tmp_path) -> None:
     """``--hf``: the models are exported with plain torch.export (no Dim names kept) and the
     budget per bucket task multiplies the deduplicated task count of the model's buckets."""

@@ -78,6 +78,7 @@ def test_headline_wording() -> None:
     assert "Overhead: 0.34 candidates/s" in text
 
 
+@pytest.mark.slow
 def test_report_from_a_tiny_real_run(tmp_path: Path) -> None:
     """Peak calibration, untuned/numpy timings of the QKV matmul at two M (no tuning), the
     GPU part's skip line and the plug-in parts, through the Markdown and PNG writer."""

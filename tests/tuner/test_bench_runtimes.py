@@ -17,8 +17,8 @@ from tests.cli_assert import one_line_error
 from tuner.bench.results import BenchResult, Paired, RuntimeResult, runtime_notes
 from tuner.bench.run import bench
 from tuner.bench.runtimes import runtimes_for
-from tuner.cli.render import runtimes_table
 from tuner.cli import app
+from tuner.cli.render import runtimes_table
 from tuner.model import load_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,6 +70,7 @@ def db(tmp_path: Path) -> TuneFarmDatabase:
     return TuneFarmDatabase(Storage(f"sqlite:///{tmp_path / 'rt.db'}"))
 
 
+@pytest.mark.slow
 def test_pt2_torch_compile_and_onnxruntime_beside_tuned(tiny_pt2: Path, db, llvm_target) -> None:
     pytest.importorskip("onnxruntime")
     model = load_model(tiny_pt2)
@@ -104,6 +105,7 @@ def test_pt2_torch_compile_and_onnxruntime_beside_tuned(tiny_pt2: Path, db, llvm
     )
 
 
+@pytest.mark.slow
 def test_onnx_export_that_fails_is_one_line(cumprod_pt2: Path, db, llvm_target) -> None:
     """torch.onnx.export has no ONNX function for cumprod's prims.prod: ORT is not run, the
     reason is torch's own root cause in one line; TuneFarm's figures are still there."""
@@ -200,6 +202,7 @@ def test_table_marks_a_mismatch_and_a_runtime_not_run() -> None:
     assert "MISMATCH" not in console.export_text()
 
 
+@pytest.mark.slow
 def test_cli_runtimes_option(tiny_pt2: Path, cumprod_pt2: Path, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'cli.db'}"
     Storage(url).dispose()  # bench reads an existing database

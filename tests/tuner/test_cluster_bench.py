@@ -37,6 +37,7 @@ def test_target_with_address_is_one_line(sqlite_url: str) -> None:
     one_line_error(runner.invoke(app, args), "use --devices cpu,cuda,arm64 instead of --target")
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_bench_on_cluster(tuned_db, tmp_path) -> None:
     """A head and a CPU node (``tunefarm_cpu``): the tiny model measured on that node's runner,

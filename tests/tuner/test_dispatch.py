@@ -959,6 +959,7 @@ def test_a_bucket_record_serves_every_kernel_it_is(tmp_path, llvm_target) -> Non
         assert all(v.startswith("s64") for v in ran.values()), (value, res.kernels)
 
 
+@pytest.mark.slow
 def test_bench_kernels_says_where_the_time_goes(tmp_path, llvm_target) -> None:
     """``bench(kernels=True)`` / ``tunefarm bench --kernels``: every function one model call
     ran, timed alone, and the VM's own share; the bucket kernels of all three matmuls are

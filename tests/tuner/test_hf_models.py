@@ -135,6 +135,7 @@ def _max_errors(model, values: dict[str, list[int]], reference, target) -> dict[
     return errors
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(MODELS))
 def test_hf_pt2_matches_pytorch_at_every_length(hf_files, llvm_target, name: str) -> None:
     """Plain torch.export files: torch's own symbol (no Dim name), its range as bounds, and
@@ -165,6 +166,7 @@ def test_hf_bert_onnx_builds_and_matches_pytorch(hf_files, llvm_target) -> None:
     print(_max_errors(model, {"seq": [2, 5, 16, MAX_LEN]}, reference, llvm_target))
 
 
+@pytest.mark.slow
 def test_plain_pt2_in_a_fresh_process_says_how_to_address_the_axis(hf_files) -> None:
     """transformers not imported (the file's ModelOutput type is imported on load) and the Dim
     name not in the file: the error names the variable, its input, axis and range and the

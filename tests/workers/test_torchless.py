@@ -36,6 +36,7 @@ def _run(env: dict[str, str]) -> str:
     return proc.stdout
 
 
+@pytest.mark.slow
 def test_tvm_imports_without_torch_and_torch_imports_after() -> None:
     out = _run({})
     assert "torch-with-tvm False" in out and "torch-after True" in out

@@ -84,6 +84,7 @@ def test_cost_models_by_name() -> None:
 
 
 # ---------------------------------------------------------------------- real records
+@pytest.mark.slow
 def test_features_and_training_on_real_records(dataset) -> None:
     assert len(dataset) >= 40 and dataset.valid.sum() >= 40
     assert len(set(dataset.group.tolist())) == 2  # the n=8 and n=32 workloads
@@ -98,6 +99,7 @@ def test_features_and_training_on_real_records(dataset) -> None:
     assert train["pairwise_accuracy"] > 0.9
 
 
+@pytest.mark.slow
 def test_eval_against_stock_and_random(dataset) -> None:
     result = compare(dataset, PARAMS)
     assert set(result) == {"tunefarm", "stock_xgb", "random"}
@@ -113,6 +115,7 @@ def test_eval_against_stock_and_random(dataset) -> None:
     # compared with stock XGBModel by the cost-model benchmark on a larger history.
 
 
+@pytest.mark.slow
 def test_online_updates_continue_the_last_fit_until_the_rows_grow(dataset) -> None:
     """An update adds CONTINUE_ROUNDS trees to the last fit, over every local row; once the
     valid rows have grown REFIT_GROWTH-fold since the last full fit, it refits from scratch.
@@ -150,6 +153,7 @@ def test_online_updates_continue_the_last_fit_until_the_rows_grow(dataset) -> No
 
 
 # ---------------------------------------------------------------------- snapshots
+@pytest.mark.slow
 def test_snapshot_round_trip(any_url, dataset, tmp_path) -> None:
     booster = fit_ranker(dataset.x, dataset.secs, dataset.group, PARAMS)
     storage = Storage(any_url)
@@ -176,6 +180,7 @@ def test_snapshot_round_trip(any_url, dataset, tmp_path) -> None:
     )
 
 
+@pytest.mark.slow
 def test_bad_snapshots_fall_back_to_training(cm_db, llvm_target, tmp_path, caplog) -> None:
     path = tmp_path / "copy.db"
     copy_sqlite(cm_db.path, path)
@@ -199,6 +204,7 @@ def test_bad_snapshots_fall_back_to_training(cm_db, llvm_target, tmp_path, caplo
     assert reuse.source == "snapshot" and reuse.snapshot_id == again.snapshot_id
 
 
+@pytest.mark.slow
 def test_stale_snapshot_is_continued_on_new_records(cm_db, llvm_target, tmp_path) -> None:
     """A snapshot trained on the older half is continued (not retrained) on the newer half."""
     path = tmp_path / "copy.db"
@@ -241,6 +247,7 @@ def test_stale_snapshot_is_continued_on_new_records(cm_db, llvm_target, tmp_path
 
 
 # ---------------------------------------------------------------------- CLI
+@pytest.mark.slow
 def test_model_cli(cm_db, tmp_path) -> None:
     path = tmp_path / "cli.db"
     copy_sqlite(cm_db.path, path)

@@ -226,9 +226,7 @@ def test_hf_bert_onnx_tune_bench_by_axis(hf_files, tmp_path: Path) -> None:
     result = runner.invoke(app, ["tune", path, "--shape", "input_ids.1=16", *opts, *db])
     assert result.exit_code == 0, result.output
     js = tmp_path / "bench.json"
-    result = runner.invoke(
-        app, ["bench", path, "--shape", "input_ids.1=2,16", "-o", str(js), *db]
-    )
+    result = runner.invoke(app, ["bench", path, "--shape", "input_ids.1=2,16", "-o", str(js), *db])
     assert result.exit_code == 0, result.output
     rows = json.loads(js.read_text())["results"]
     assert [r["shape"]["seq"] for r in rows] == [2, 16]

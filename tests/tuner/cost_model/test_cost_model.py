@@ -313,8 +313,7 @@ def test_warm_job_proposes_better_first_batch(cm_db, llvm_target, tmp_path) -> N
     # the bucket's median record (the measured times are the fixture's, fixed for this run)
     team = load_dataset(Storage(cm_db.url, create=False), key)
     n32 = team.subset(
-        np.array([team.workloads[g].bucket == {"n": 32} for g in team.group.tolist()])
-        & team.valid
+        np.array([team.workloads[g].bucket == {"n": 32} for g in team.group.tolist()]) & team.valid
     )
     top = np.argsort(-score_rows(trained.booster, n32.x))[:16]
     assert np.median(n32.secs[top]) < np.median(n32.secs)

@@ -44,7 +44,7 @@ def protobuf_defect(path: Path) -> str | None:
     walked (tags, varints, lengths) without decoding them."""
     data = path.read_bytes()
     if not data:
-        return "the file is empty"
+        return "the file is empty: it holds no ONNX graph"
     pos = 0
 
     def varint() -> int:

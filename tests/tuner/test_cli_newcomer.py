@@ -82,7 +82,7 @@ def test_bad_model_files_are_refused_by_their_container(bad_models: dict[str, Pa
     assert protobuf_defect(ROOT / "examples" / "mlp_batch.onnx") is None
     empty = bad_models[".onnx"].with_name("empty.onnx")
     empty.write_bytes(b"")
-    assert protobuf_defect(empty) == "the file is empty"
+    assert protobuf_defect(empty) == "the file is empty: it holds no ONNX graph"
 
 
 CHECK_IMPORTS = """

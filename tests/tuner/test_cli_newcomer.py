@@ -19,7 +19,7 @@ from tests.ray_processes import free_port
 from tuner.bench.results import BenchResult, Paired
 from tuner.cli import app
 from tuner.cli.checks import protobuf_defect
-from tuner.cli.render import bench_table
+from tuner.cli.render import bench_table, print_bench
 from tuner.services import BenchReport
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -146,6 +146,11 @@ def test_bench_table_ratios_are_those_of_its_columns() -> None:
     assert "2.84x" in text and "1.35x" not in text
     assert "3.00x" in text  # untuned / tuned
     assert "numpy / tuned, of the times printed" in text
+    console = Console(record=True, width=200)
+    print_bench(console, report)  # the paired ratio on a line of its own, named as such
+    assert "numpy / tuned in rounds timing the two back to back (median): n=32 1.35x" in (
+        console.export_text()
+    )
 
 
 def test_every_command_takes_h_and_no_flag_shows_a_bool_metavar() -> None:

@@ -370,6 +370,13 @@ def print_bench(console: Console, report: BenchReport) -> None:
     runtimes side by side, the traffic's latency, where the tuned build's time goes."""
     results = list(report.results)
     console.print(bench_table(report))
+    ref = report.reference
+    paired = [(shape_label(r.shape), r.paired[ref].ratio) for r in results if ref in r.paired]
+    if paired:  # the ratio --json reports: both timed in one round, steadier under load
+        console.print(
+            f"{ref} / tuned in rounds timing the two back to back (median): "
+            + ", ".join(f"{label} {ratio:.2f}x" for label, ratio in paired)
+        )
     note = slower_note(results)
     if note:
         console.print(f"[red]{escape(note)}[/red]")

@@ -10,6 +10,7 @@ import pytest
 from benchmarks.ceiling import main
 
 
+@pytest.mark.slow
 def test_search_throughput_counts_real_candidates(tmp_path) -> None:
     out = tmp_path / "ceiling.json"
     args = ["--parts", "search", "--rounds", "2", "--repeats", "1", "--out", str(out)]

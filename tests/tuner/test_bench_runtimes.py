@@ -122,6 +122,7 @@ def test_onnx_export_that_fails_is_one_line(cumprod_pt2: Path, db, llvm_target) 
     assert note.startswith("onnxruntime: not run: torch.onnx.export failed")
 
 
+@pytest.mark.slow
 def test_onnxruntime_not_installed(tiny_pt2: Path, db, llvm_target, monkeypatch) -> None:
     """onnxruntime not importable (as without the ort extra): not run, the extra named."""
     monkeypatch.setitem(sys.modules, "onnxruntime", None)

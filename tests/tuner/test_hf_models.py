@@ -151,6 +151,7 @@ def test_hf_pt2_matches_pytorch_at_every_length(hf_files, llvm_target, name: str
     print(name, errors)
 
 
+@pytest.mark.slow
 def test_hf_bert_onnx_builds_and_matches_pytorch(hf_files, llvm_target) -> None:
     import torch
 

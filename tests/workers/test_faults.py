@@ -51,6 +51,7 @@ def _bad(name: str, fn: str) -> SlotSpec:
 
 
 # ----------------------------------------------------------------- builds (no Ray)
+@pytest.mark.slow
 def test_build_sandbox_turns_hang_crash_garbage_into_values(llvm_target) -> None:
     mod_json = tvm.ir.save_json(matmul_mod(8, 8, 8))
     target_json = TargetKey.of(llvm_target).json
@@ -98,6 +99,7 @@ def test_a_started_sandbox_serves_the_first_build_and_a_build_worker_imports_no_
 
 
 # ----------------------------------------------------------------- builds on Ray
+@pytest.mark.slow
 @pytest.mark.ray
 def test_ray_builder_recovers_from_hanging_build(local_ray, llvm_target) -> None:
     from tvm import te
@@ -316,6 +318,7 @@ def test_fault_policy_is_validated() -> None:
         RunnerPool([], MeasureConfig())
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_two_calls_in_flight_still_measure_one_at_a_time(local_ray) -> None:
     """A second call waits in the actor: measurements never overlap, and a queued call of an
@@ -344,6 +347,7 @@ def test_runner_pool_in_flight_is_validated() -> None:
         RunnerPool([SlotSpec("x")], MeasureConfig(), max_batch=0)
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_batches_still_measure_one_at_a_time_and_answer_each_once(local_ray) -> None:
     """Batched calls: fewer actor calls than candidates, measurements never overlap, one

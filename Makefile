@@ -77,6 +77,11 @@ clean:
 # docs/demo-output.md and README's sample output, from a real run of the `demo` target's
 # commands (read with `make -n demo`) into a scratch database. DOCS_OUTPUT_ARGS=--quick: the
 # first model only, at 8 trials (write it elsewhere with --output/--readme).
+# docs/cli.md, the command-line reference, from the typer app (a test fails when it is stale).
+.PHONY: docs-cli
+docs-cli: $(STAMP)
+	$(BIN)/python -m tuner.cli.docgen
+
 .PHONY: docs-output
 docs-output: $(STAMP)
 	$(BIN)/python -m benchmarks.docs_output $(DOCS_OUTPUT_ARGS)

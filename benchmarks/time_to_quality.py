@@ -1046,7 +1046,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from rich.console import Console
 
-    from tuner.bench import bench_threads
+    from tuner.bench.timing import bench_threads
     from tuner.job import TuneConfig
     from tuner.search.population import trials_per_round
     from tuner.targets import resolve_target

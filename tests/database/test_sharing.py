@@ -22,6 +22,7 @@ def _best(url: str) -> list[tuple[str, float]]:
     return sorted((r["target_kind"], r["mean_sec"]) for r in best_records(Storage(url)))
 
 
+@pytest.mark.slow
 def test_export_is_loaded_and_applied_by_stock_metaschedule(tuned_db, tmp_path: Path) -> None:
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms
@@ -49,6 +50,7 @@ def test_export_is_loaded_and_applied_by_stock_metaschedule(tuned_db, tmp_path: 
     assert scheduled, "stock MetaSchedule applied none of the exported schedules"
 
 
+@pytest.mark.slow
 def test_import_round_trip_and_bad_lines_store_nothing(
     tuned_db, any_url: str, tmp_path: Path
 ) -> None:
@@ -86,6 +88,7 @@ def test_import_round_trip_and_bad_lines_store_nothing(
     assert stats(Storage(any_url)) == before  # nothing half-written
 
 
+@pytest.mark.slow
 def test_merge_keeps_provenance_and_adds_each_record_once(tuned_db, any_url: str) -> None:
     mine = Storage(any_url)
     first = merge(mine, tuned_db.url)
@@ -103,6 +106,7 @@ def test_merge_keeps_provenance_and_adds_each_record_once(tuned_db, any_url: str
         merge(mine, any_url)
 
 
+@pytest.mark.slow
 def test_pack_is_read_only_and_builds_offline(tuned_db, tmp_path: Path) -> None:
     from tuner.compile import compile as tf_compile
     from tuner.model import load_model
@@ -126,6 +130,7 @@ def test_pack_is_read_only_and_builds_offline(tuned_db, tmp_path: Path) -> None:
         export_pack(Storage(tuned_db.url), pack)
 
 
+@pytest.mark.slow
 def test_prune_keeps_the_best(tuned_db, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'copy.db'}"
     merge(Storage(url), tuned_db.url)
@@ -150,6 +155,7 @@ def test_bad_urls_are_one_line_errors(tmp_path: Path) -> None:
         assert len(result.output.strip().splitlines()) == 1, result.output
 
 
+@pytest.mark.slow
 def test_read_only_role_builds_from_postgres(tuned_db, any_url: str) -> None:
     if not any_url.startswith("postgresql"):
         pytest.skip("a PostgreSQL role")

@@ -83,11 +83,13 @@ def source_build(dyn_tuned_db: str) -> tvm.IRModule:
     return _applied(dyn_tuned_db)
 
 
+@pytest.mark.slow
 def test_source_has_several_kernels_and_buckets(dyn_tuned_db: str) -> None:
     records = _records(dyn_tuned_db, valid_only=False)
     assert len(_per_workload_counts(records)) >= 6  # several kernels x two buckets
 
 
+@pytest.mark.slow
 def test_export_import_keeps_records_on_their_kernels(
     dyn_tuned_db: str, source_build: tvm.IRModule, any_url: str, tmp_path: Path
 ) -> None:
@@ -114,6 +116,7 @@ def _generic_runs(url: str) -> list[tuple[str, str, str, float]]:
     return sorted(Storage(url, create=False).run(lambda s: list(s.execute(query)), write=False))
 
 
+@pytest.mark.slow
 def test_merge_keeps_records_on_their_kernels(
     dyn_tuned_db: str, source_build: tvm.IRModule, any_url: str
 ) -> None:
@@ -127,6 +130,7 @@ def test_merge_keeps_records_on_their_kernels(
     assert _generic_runs(any_url) == _generic_runs(dyn_tuned_db)
 
 
+@pytest.mark.slow
 def test_a_pack_builds_what_its_source_builds(
     dyn_tuned_db: str, source_build: tvm.IRModule, tmp_path: Path
 ) -> None:

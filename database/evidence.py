@@ -1,0 +1,206 @@
+"""How sure a best is: the evidence of a schedule, pooled over all its records.
+
+A *schedule* is one candidate (its workload scheduled by its trace, ``candidate_hash``) on one
+target. Every timed run of it is a record of its own (a re-measurement, a confirmation,
+another job's or a teammate's run), and its evidence pools their valid run times:
+
+- ``runs``: how many timed runs (valid records) were pooled;
+- ``samples``: how many run times they hold together;
+- ``median``: the median of the pooled run times (seconds);
+- ``spread``: the interquartile range of the pooled run times over their median (``None``
+  with fewer than two run times);
+- ``confirmed``: it was timed in more than one run (``runs >= 2``): one lucky run cannot make
+  it the best unseen.
+
+TuneFarm's best schedule of a workload (what ``build`` applies and ``db best`` reports) is the
+one with the lowest pooled median; ties go to the schedule with more runs, then to the one
+measured first. Finding it takes no scan of every record: a schedule's pooled median is never
+below the lowest median of its records (``median_sec``, indexed), so schedules are visited in
+the order of that lower bound and the visit stops once the bound passes the best median found.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from sqlalchemy import func, select
+from sqlalchemy.engine import Connection
+
+from database.models import RecordRow
+
+S = TypeVar("S")
+PAGE = 16  # rows of the median-ordered stream read at a time (doubling)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """A schedule's pooled measurements (see the module docstring)."""
+
+    runs: int
+    samples: int
+    median: float
+    mean: float
+    spread: float | None
+    first_id: int  # the schedule's first record (the tie-breaker of last resort)
+    secs: tuple[float, ...] = field(default=(), repr=False, compare=False)  # pooled run times
+
+    @property
+    def confirmed(self) -> bool:
+        return self.runs >= 2
+
+    @classmethod
+    def pool(cls, records: Sequence[tuple[int, Sequence[float]]]) -> Evidence:
+        """The evidence of (record id, run times) of one schedule's valid records."""
+        secs = [float(s) for _, run in records for s in run]
+        if not secs:
+            raise ValueError("no run times to pool")
+        median = statistics.median(secs)
+        spread = None
+        if len(secs) >= 2 and median > 0:
+            q1, _, q3 = statistics.quantiles(secs, n=4, method="inclusive")
+            spread = (q3 - q1) / median
+        return cls(
+            runs=len(records),
+            samples=len(secs),
+            median=median,
+            mean=statistics.fmean(secs),
+            spread=spread,
+            first_id=min(rid for rid, _ in records),
+            secs=tuple(secs),
+        )
+
+    def key(self) -> tuple[float, int, int]:
+        """Sort key: lowest median, then more runs, then measured first."""
+        return (self.median, -self.runs, self.first_id)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "runs": self.runs,
+            "samples": self.samples,
+            "median": self.median,
+            "spread": self.spread,
+            "confirmed": self.confirmed,
+        }
+
+
+@dataclass(frozen=True)
+class Bounded(Generic[S]):
+    """A schedule with the lower bound of its pooled median (its records' lowest median)."""
+
+    schedule: S
+    lower: float
+
+
+def choose(
+    schedules: Iterable[Bounded[S]], samples_of: Callable[[S], list[tuple[int, list[float]]]]
+) -> tuple[S, Evidence] | None:
+    """The schedule with the best evidence, of ``schedules`` given in ascending lower bound;
+    ``samples_of`` reads one schedule's (record id, run times). Stops at the first schedule
+    whose bound is above the best median found: no later one can beat it."""
+    best: tuple[S, Evidence] | None = None
+    for item in schedules:
+        if best is not None and item.lower > best[1].median:
+            break
+        records = samples_of(item.schedule)
+        if not records:
+            continue
+        ev = Evidence.pool(records)
+        if best is None or ev.key() < best[1].key():
+            best = (item.schedule, ev)
+    return best
+
+
+# ------------------------------------------------------------------ queries
+Schedule = tuple[str, str]  # (target key, candidate hash) of one workload
+
+
+def stream(conn: Connection, wid: int, where: Sequence[Any]) -> Iterator[Bounded[Schedule]]:
+    """The schedules of workload ``wid`` whose valid records match ``where``, in ascending
+    lower bound: the records read in median order (index-served), each schedule at its first
+    record, a page at a time."""
+    seen: set[Schedule] = set()
+    offset, size = 0, PAGE
+    while True:
+        rows = conn.execute(
+            select(RecordRow.target_key, RecordRow.candidate_hash, RecordRow.median_sec)
+            .where(RecordRow.workload_id == wid, RecordRow.median_sec.is_not(None), *where)
+            .order_by(RecordRow.median_sec, RecordRow.id)
+            .offset(offset)
+            .limit(size)
+        ).all()
+        for tkey, cand, median in rows:
+            if (tkey, cand) not in seen:
+                seen.add((tkey, cand))
+                yield Bounded((tkey, cand), float(median))
+        if len(rows) < size:
+            return
+        offset, size = offset + size, size * 2
+
+
+def samples(
+    conn: Connection, wid: int, schedule: Schedule, where: Sequence[Any] = ()
+) -> list[tuple[int, list[float]]]:
+    """(record id, run times) of one schedule's valid records (``where``: the level's
+    filter), by id."""
+    tkey, cand = schedule
+    rows = conn.execute(
+        select(RecordRow.id, RecordRow.run_secs_json)
+        .where(
+            RecordRow.workload_id == wid,
+            RecordRow.target_key == tkey,
+            RecordRow.candidate_hash == cand,
+            RecordRow.mean_sec.is_not(None),
+            *where,
+        )
+        .order_by(RecordRow.id)
+    ).all()
+    return [(rid, json.loads(secs)) for rid, secs in rows]
+
+
+def best_of(
+    conn: Connection, wid: int, where: Sequence[Any] = ()
+) -> tuple[Schedule, Evidence] | None:
+    """The best schedule of workload ``wid`` among its valid records matching ``where``."""
+    return choose(stream(conn, wid, where), lambda s: samples(conn, wid, s, where))
+
+
+Partition = tuple[Any, ...]  # (workload id, target key[, device key])
+
+
+def best_per_partition(
+    conn: Connection, *, per_device: bool = False, where: Sequence[Any] = ()
+) -> dict[Partition, tuple[str, Evidence]]:
+    """The best schedule (candidate hash, evidence) of every (workload, target[, device])
+    with valid records matching ``where``: one grouped query for the bounds, then the
+    samples of the few schedules each partition needs."""
+    keys = [RecordRow.workload_id, RecordRow.target_key]
+    if per_device:
+        keys.append(RecordRow.device_key)
+    rows = conn.execute(
+        select(*keys, RecordRow.candidate_hash, func.min(RecordRow.median_sec))
+        .where(RecordRow.median_sec.is_not(None), *where)
+        .group_by(*keys, RecordRow.candidate_hash)
+    ).all()
+    parts: dict[Partition, list[Bounded[str]]] = {}
+    for row in rows:
+        *part, cand, lower = row
+        parts.setdefault(tuple(part), []).append(Bounded(cand, float(lower)))
+    out: dict[Partition, tuple[str, Evidence]] = {}
+    for part, items in parts.items():
+        items.sort(key=lambda b: b.lower)
+        extra = (
+            [RecordRow.device_key.is_(None) if part[2] is None else RecordRow.device_key == part[2]]
+            if per_device
+            else []
+        )
+        found = choose(
+            items,
+            lambda cand, p=part, x=extra: samples(conn, p[0], (p[1], cand), [*where, *x]),
+        )
+        if found is not None:
+            out[part] = found
+    return out

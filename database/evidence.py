@@ -168,39 +168,29 @@ def best_of(
     return choose(stream(conn, wid, where), lambda s: samples(conn, wid, s, where))
 
 
-Partition = tuple[Any, ...]  # (workload id, target key[, device key])
-
-
 def best_per_partition(
-    conn: Connection, *, per_device: bool = False, where: Sequence[Any] = ()
-) -> dict[Partition, tuple[str, Evidence]]:
-    """The best schedule (candidate hash, evidence) of every (workload, target[, device])
-    with valid records matching ``where``: one grouped query for the bounds, then the
-    samples of the few schedules each partition needs."""
-    keys = [RecordRow.workload_id, RecordRow.target_key]
-    if per_device:
-        keys.append(RecordRow.device_key)
+    conn: Connection, *, where: Sequence[Any] = ()
+) -> dict[tuple[int, str], tuple[str, Evidence]]:
+    """The best schedule (candidate hash, evidence) of every (workload, target) with valid
+    records matching ``where``: one grouped query for the bounds, then the samples of the
+    few schedules each (workload, target) needs."""
     rows = conn.execute(
-        select(*keys, RecordRow.candidate_hash, func.min(RecordRow.median_sec))
+        select(
+            RecordRow.workload_id,
+            RecordRow.target_key,
+            RecordRow.candidate_hash,
+            func.min(RecordRow.median_sec),
+        )
         .where(RecordRow.median_sec.is_not(None), *where)
-        .group_by(*keys, RecordRow.candidate_hash)
+        .group_by(RecordRow.workload_id, RecordRow.target_key, RecordRow.candidate_hash)
     ).all()
-    parts: dict[Partition, list[Bounded[str]]] = {}
-    for row in rows:
-        *part, cand, lower = row
-        parts.setdefault(tuple(part), []).append(Bounded(cand, float(lower)))
-    out: dict[Partition, tuple[str, Evidence]] = {}
-    for part, items in parts.items():
+    parts: dict[tuple[int, str], list[Bounded[str]]] = {}
+    for wid, tkey, cand, lower in rows:
+        parts.setdefault((wid, tkey), []).append(Bounded(cand, float(lower)))
+    out: dict[tuple[int, str], tuple[str, Evidence]] = {}
+    for (wid, tkey), items in parts.items():
         items.sort(key=lambda b: b.lower)
-        extra = (
-            [RecordRow.device_key.is_(None) if part[2] is None else RecordRow.device_key == part[2]]
-            if per_device
-            else []
-        )
-        found = choose(
-            items,
-            lambda cand, p=part, x=extra: samples(conn, p[0], (p[1], cand), [*where, *x]),
-        )
+        found = choose(items, lambda cand, w=wid, t=tkey: samples(conn, w, (t, cand), where))
         if found is not None:
-            out[part] = found
+            out[(wid, tkey)] = found
     return out

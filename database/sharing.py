@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import tvm
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 
@@ -452,8 +452,8 @@ def _columns(model: type) -> list[str]:
 ScheduleKey = tuple[int, str, str | None, str]  # workload, target key, device key, candidate
 
 
-def _valid_records(conn: Any) -> list[tuple[int, ScheduleKey, Any]]:
-    """(id, schedule per device, created at) of every valid record."""
+def _valid_records(conn: Any) -> list[tuple[int, ScheduleKey, list[float], Any]]:
+    """(id, schedule per device, run times, created at) of every valid record."""
     rows = conn.execute(
         select(
             RecordRow.id,
@@ -461,38 +461,28 @@ def _valid_records(conn: Any) -> list[tuple[int, ScheduleKey, Any]]:
             RecordRow.target_key,
             RecordRow.device_key,
             RecordRow.candidate_hash,
+            RecordRow.run_secs_json,
             RecordRow.created_at,
         ).where(RecordRow.mean_sec.is_not(None))
     ).all()
-    return [(r[0], (r[1], r[2], r[3], r[4]), r[5]) for r in rows]
+    return [(r[0], (r[1], r[2], r[3], r[4]), json.loads(r[5]), r[6]) for r in rows]
 
 
-def _schedule_ranks(conn: Any) -> dict[ScheduleKey, int]:
-    """Each schedule's rank (1 = fastest) per (workload, target, device), by the lowest median
-    of its records (the best by evidence is kept whatever its rank)."""
-    rows = conn.execute(
-        select(
-            RecordRow.workload_id,
-            RecordRow.target_key,
-            RecordRow.device_key,
-            RecordRow.candidate_hash,
-            func.min(RecordRow.median_sec),
-        )
-        .where(RecordRow.median_sec.is_not(None))
-        .group_by(
-            RecordRow.workload_id,
-            RecordRow.target_key,
-            RecordRow.device_key,
-            RecordRow.candidate_hash,
-        )
-    ).all()
-    parts: dict[tuple[Any, ...], list[tuple[float, str]]] = {}
-    for wid, tkey, dkey, cand, lower in rows:
-        parts.setdefault((wid, tkey, dkey), []).append((float(lower), cand))
+def _schedule_ranks(
+    records: list[tuple[int, ScheduleKey, list[float], Any]],
+) -> dict[ScheduleKey, int]:
+    """Each schedule's rank (1 = the best by its evidence, :mod:`database.evidence`) per
+    (workload, target, device)."""
+    runs: dict[ScheduleKey, list[tuple[int, list[float]]]] = {}
+    for rid, key, secs, _created in records:
+        runs.setdefault(key, []).append((rid, secs))
+    parts: dict[tuple[Any, ...], list[tuple[tuple[float, int, int], ScheduleKey]]] = {}
+    for key, pooled in runs.items():
+        parts.setdefault(key[:3], []).append((evidence.Evidence.pool(pooled).key(), key))
     ranks: dict[ScheduleKey, int] = {}
-    for (wid, tkey, dkey), items in parts.items():
-        for rank, (_lower, cand) in enumerate(sorted(items), 1):
-            ranks[(wid, tkey, dkey, cand)] = rank
+    for items in parts.values():
+        for rank, (_, key) in enumerate(sorted(items), 1):
+            ranks[key] = rank
     return ranks
 
 
@@ -545,7 +535,6 @@ def prune(
         )
 
     def work(session: Session) -> PrunePlan:
-        conn = session.connection()
         failed_ids = (
             list(session.scalars(select(RecordRow.id).where(RecordRow.mean_sec.is_(None))))
             if failed
@@ -554,18 +543,15 @@ def prune(
         top_ids: list[int] = []
         old_ids: list[int] = []
         if keep_top is not None or older_than_days is not None:
-            best = {
-                (*part, cand)
-                for part, (cand, _) in evidence.best_per_partition(conn, per_device=True).items()
-            }
-            ranks = _schedule_ranks(conn)
-            cutoff = utcnow() - dt.timedelta(days=older_than_days or 0)
-            for rid, key, created in _valid_records(conn):
-                if key in best:
-                    continue
+            records = _valid_records(session.connection())
+            ranks = _schedule_ranks(records)
+            cutoff = _naive(utcnow() - dt.timedelta(days=older_than_days or 0))
+            for rid, key, _secs, created in records:
+                if ranks[key] == 1:
+                    continue  # every run of the best schedule stays
                 if keep_top is not None and ranks[key] > keep_top:
                     top_ids.append(rid)
-                elif older_than_days is not None and _naive(created) < _naive(cutoff):
+                elif older_than_days is not None and _naive(created) < cutoff:
                     old_ids.append(rid)
         plan = PrunePlan(failed=len(failed_ids), beyond_top=len(top_ids), older=len(old_ids))
         if not dry_run:

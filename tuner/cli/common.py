@@ -17,7 +17,7 @@ from rich.markup import escape
 from typer._click import exceptions as click_errors  # typer 0.29 vendors click as _click
 from typer.core import TyperGroup
 
-from database import DatabaseError, Storage, default_url
+from database import DatabaseError, Storage
 from tuner.cluster.address import ADDRESS_FORMS
 from tuner.errors import JobInterrupted, TuneFarmError
 
@@ -79,7 +79,7 @@ def user_errors(fn: F) -> F:
 
 
 def open_storage(url: str | None, *, create: bool = True) -> Storage:
-    return Storage(url or default_url(), create=create)
+    return Storage(url, create=create)  # None: $TUNEFARM_DB (named in errors) or the default
 
 
 class CompactGroup(TyperGroup):

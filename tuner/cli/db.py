@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from database.storage import Storage, default_url, redact
+from database.storage import Storage, redact
 from tuner.cli.common import DbOpt, check_range, console, open_storage, user_errors
 from tuner.errors import TuneFarmError
 from tuner.progress import fmt_sec
@@ -334,10 +334,17 @@ def db_check(
 @db_app.command("upgrade")
 @user_errors
 def db_upgrade(db: DbOpt = None) -> None:
-    """Bring the database's schema to this TuneFarm's newest revision (Alembic)."""
+    """Bring the database's schema to this TuneFarm's newest revision (Alembic); in an empty
+    database (a new SQLite file, a PostgreSQL database without tables), create it."""
     from database import migrate
 
-    storage = Storage(db or default_url(), create=False, check_schema=False)
+    storage = Storage(db, create=True, check_schema=False)
+    if storage.created:
+        console.print(
+            f"created the TuneFarm schema in {redact(storage.url)} "
+            f"(revision {migrate.head_revision()})"
+        )
+        return
     before, after = migrate.upgrade(storage.engine)
     if before == after:
         console.print(f"{redact(storage.url)} is up to date (revision {after})")

@@ -33,7 +33,8 @@ from sqlalchemy.engine import Connection
 from database.models import RecordRow
 
 S = TypeVar("S")
-PAGE = 16  # rows of the median-ordered stream read at a time (doubling)
+CHUNK = 500  # candidates per IN (...) query
+PAGE = 4  # rows of the median-ordered stream read at a time (doubling)
 
 
 @dataclass(frozen=True)
@@ -93,24 +94,38 @@ class Bounded(Generic[S]):
 
     schedule: S
     lower: float
+    # its (record id, run times) when known without another query (its only record)
+    records: tuple[tuple[int, list[float]], ...] | None = None
 
 
 def choose(
-    schedules: Iterable[Bounded[S]], samples_of: Callable[[S], list[tuple[int, list[float]]]]
+    schedules: Iterable[Bounded[S]],
+    samples_of: Callable[[list[S]], dict[S, list[tuple[int, list[float]]]]],
 ) -> tuple[S, Evidence] | None:
     """The schedule with the best evidence, of ``schedules`` given in ascending lower bound;
-    ``samples_of`` reads one schedule's (record id, run times). Stops at the first schedule
-    whose bound is above the best median found: no later one can beat it."""
+    ``samples_of`` reads some schedules' (record id, run times) at once. Stops at the first
+    schedule whose bound is above the best median found: no later one can beat it. Schedules
+    whose bounds tie are read together, in one query."""
     best: tuple[S, Evidence] | None = None
-    for item in schedules:
-        if best is not None and item.lower > best[1].median:
-            break
-        records = samples_of(item.schedule)
-        if not records:
-            continue
-        ev = Evidence.pool(records)
-        if best is None or ev.key() < best[1].key():
-            best = (item.schedule, ev)
+    it = iter(schedules)
+    item = next(it, None)
+    while item is not None and (best is None or item.lower <= best[1].median):
+        bound = item.lower if best is None else best[1].median
+        batch = [item]
+        item = next(it, None)
+        while item is not None and item.lower <= bound:
+            batch.append(item)
+            item = next(it, None)
+        unknown = [b.schedule for b in batch if b.records is None]
+        found = samples_of(unknown) if unknown else {}
+        for b in batch:
+            schedule = b.schedule
+            records = list(b.records) if b.records is not None else found.get(schedule)
+            if not records:
+                continue
+            ev = Evidence.pool(records)
+            if best is None or ev.key() < best[1].key():
+                best = (schedule, ev)
     return best
 
 
@@ -118,54 +133,96 @@ def choose(
 Schedule = tuple[str, str]  # (target key, candidate hash) of one workload
 
 
-def stream(conn: Connection, wid: int, where: Sequence[Any]) -> Iterator[Bounded[Schedule]]:
+ROW_COLUMNS = (
+    RecordRow.id,
+    RecordRow.target_key,
+    RecordRow.candidate_hash,
+    RecordRow.median_sec,
+    RecordRow.run_secs_json,
+    RecordRow.trace_json,
+    RecordRow.target_json,
+    RecordRow.args_info_json,
+)
+
+
+def stream(
+    conn: Connection, wid: int, where: Sequence[Any], rows_out: dict[int, Any] | None = None
+) -> Iterator[Bounded[Schedule]]:
     """The schedules of workload ``wid`` whose valid records match ``where``, in ascending
     lower bound: the records read in median order (index-served), each schedule at its first
-    record, a page at a time."""
+    record, a page at a time. A schedule with one valid record comes with it (counted from
+    ``ix_record_schedule`` in the same query), so the common case is one query; ``rows_out``
+    collects the rows read, by record id (:data:`ROW_COLUMNS`)."""
+    same = RecordRow.__table__.alias("same")
+    runs = (
+        select(func.count())
+        .where(
+            same.c.workload_id == RecordRow.workload_id,
+            same.c.target_key == RecordRow.target_key,
+            same.c.candidate_hash == RecordRow.candidate_hash,
+            same.c.mean_sec.is_not(None),
+        )
+        .scalar_subquery()
+    )
     seen: set[Schedule] = set()
     offset, size = 0, PAGE
     while True:
         rows = conn.execute(
-            select(RecordRow.target_key, RecordRow.candidate_hash, RecordRow.median_sec)
+            select(*ROW_COLUMNS, runs)
             .where(RecordRow.workload_id == wid, RecordRow.median_sec.is_not(None), *where)
             .order_by(RecordRow.median_sec, RecordRow.id)
             .offset(offset)
             .limit(size)
         ).all()
-        for tkey, cand, median in rows:
-            if (tkey, cand) not in seen:
-                seen.add((tkey, cand))
-                yield Bounded((tkey, cand), float(median))
+        for row in rows:
+            key = (row.target_key, row.candidate_hash)
+            if rows_out is not None:
+                rows_out[row.id] = row
+            if key not in seen:
+                seen.add(key)
+                only = ((row.id, json.loads(row.run_secs_json)),) if row[-1] == 1 else None
+                yield Bounded(key, float(row.median_sec), only)
         if len(rows) < size:
             return
         offset, size = offset + size, size * 2
 
 
 def samples(
-    conn: Connection, wid: int, schedule: Schedule, where: Sequence[Any] = ()
-) -> list[tuple[int, list[float]]]:
-    """(record id, run times) of one schedule's valid records (``where``: the level's
-    filter), by id."""
-    tkey, cand = schedule
-    rows = conn.execute(
-        select(RecordRow.id, RecordRow.run_secs_json)
-        .where(
-            RecordRow.workload_id == wid,
-            RecordRow.target_key == tkey,
-            RecordRow.candidate_hash == cand,
-            RecordRow.mean_sec.is_not(None),
-            *where,
-        )
-        .order_by(RecordRow.id)
-    ).all()
-    return [(rid, json.loads(secs)) for rid, secs in rows]
+    conn: Connection, wid: int, schedules: Sequence[Schedule], where: Sequence[Any] = ()
+) -> dict[Schedule, list[tuple[int, list[float]]]]:
+    """(record id, run times) of some schedules' valid records (``where``: the level's
+    filter), by id, per schedule."""
+    wanted = set(schedules)
+    out: dict[Schedule, list[tuple[int, list[float]]]] = {}
+    cands = sorted({cand for _, cand in wanted})
+    for start in range(0, len(cands), CHUNK):
+        rows = conn.execute(
+            select(
+                RecordRow.id,
+                RecordRow.target_key,
+                RecordRow.candidate_hash,
+                RecordRow.run_secs_json,
+            )
+            .where(
+                RecordRow.workload_id == wid,
+                RecordRow.target_key.in_(sorted({tkey for tkey, _ in wanted})),
+                RecordRow.candidate_hash.in_(cands[start : start + CHUNK]),
+                RecordRow.mean_sec.is_not(None),
+                *where,
+            )
+            .order_by(RecordRow.id)
+        ).all()
+        for rid, tkey, cand, secs in rows:
+            if (tkey, cand) in wanted:
+                out.setdefault((tkey, cand), []).append((rid, json.loads(secs)))
+    return out
 
 
 def best_of(
     conn: Connection, wid: int, where: Sequence[Any] = ()
 ) -> tuple[Schedule, Evidence] | None:
     """The best schedule of workload ``wid`` among its valid records matching ``where``."""
-    return choose(stream(conn, wid, where), lambda s: samples(conn, wid, s, where))
+    return choose(stream(conn, wid, where), lambda batch: samples(conn, wid, batch, where))
 
 
 def best_per_partition(
@@ -190,7 +247,12 @@ def best_per_partition(
     out: dict[tuple[int, str], tuple[str, Evidence]] = {}
     for (wid, tkey), items in parts.items():
         items.sort(key=lambda b: b.lower)
-        found = choose(items, lambda cand, w=wid, t=tkey: samples(conn, w, (t, cand), where))
+
+        def read(cands: list[str], w: int = wid, t: str = tkey) -> dict[str, Any]:
+            runs = samples(conn, w, [(t, c) for c in cands], where)
+            return {cand: recs for (_, cand), recs in runs.items()}
+
+        found = choose(items, read)
         if found is not None:
             out[(wid, tkey)] = found
     return out

@@ -279,9 +279,10 @@ class TuneFarmDatabase(PyDatabase):
         device: str | None = None,
         *,
         unusable: frozenset[tuple[str, str]] = frozenset(),
-    ) -> tuple[int, str, RecordRow, Evidence] | None:
-        """The best schedule behind ``best``, unparsed: (workload id, level, its first record,
-        its evidence); schedules (target key, candidate hash) in ``unusable`` are passed over."""
+    ) -> tuple[int, str, Any, Evidence] | None:
+        """The best schedule behind ``best``, unparsed: (workload id, level, its first record
+        (:data:`database.evidence.ROW_COLUMNS`), its evidence); schedules (target key,
+        candidate hash) in ``unusable`` are passed over."""
         wid = self.workload_id(mod)
         if wid is None:
             return None
@@ -294,19 +295,25 @@ class TuneFarmDatabase(PyDatabase):
             and not (level == "arch" and tkey.arch is None)
         ]
 
-        def lookup(session: Session) -> tuple[str, RecordRow, Evidence] | None:
+        def lookup(session: Session) -> tuple[str, Any, Evidence] | None:
             conn = session.connection()
             for level in levels:
                 where = level_filters(level, tkey, dkey)
+                rows: dict[int, Any] = {}
                 bounded = (
-                    b for b in evidence.stream(conn, wid, where) if b.schedule not in unusable
+                    b for b in evidence.stream(conn, wid, where, rows) if b.schedule not in unusable
                 )
                 found = evidence.choose(
-                    bounded, lambda s, w=where: evidence.samples(conn, wid, s, w)
+                    bounded, lambda batch, w=where: evidence.samples(conn, wid, batch, w)
                 )
                 if found is not None:
-                    row = session.get(RecordRow, found[1].first_id)
-                    assert row is not None
+                    first = found[1].first_id
+                    row = (
+                        rows.get(first)
+                        or conn.execute(
+                            select(*evidence.ROW_COLUMNS).where(RecordRow.id == first)
+                        ).one()
+                    )
                     return level, row, found[1]
             return None
 
@@ -342,7 +349,7 @@ class TuneFarmDatabase(PyDatabase):
             unusable = unusable | {(row.target_key, row.candidate_hash)}
 
     def _usable_record(
-        self, wid: int, mod: IRModule, row: RecordRow, ev: Evidence
+        self, wid: int, mod: IRModule, row: Any, ev: Evidence
     ) -> TuningRecord | None:
         """The record of ``row`` with the pooled run times of ``ev``'s schedule, or None when
         its trace does not apply to ``mod``."""

@@ -59,7 +59,8 @@ def best_record_ids(session: Session) -> list[int]:
     conn = session.connection()
     ids: list[int] = []
     for (wid, tkey), (cand, _ev) in evidence.best_per_partition(conn).items():
-        ids += [rid for rid, _ in evidence.samples(conn, wid, (tkey, cand))]
+        runs = evidence.samples(conn, wid, [(tkey, cand)])
+        ids += [rid for rid, _ in runs.get((tkey, cand), [])]
     return sorted(ids)
 
 

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy import func, select
+from sqlalchemy import Select, bindparam, func, select
 from sqlalchemy.engine import Connection
 
 from database.models import RecordRow
@@ -145,14 +145,11 @@ ROW_COLUMNS = (
 )
 
 
-def stream(
-    conn: Connection, wid: int, where: Sequence[Any], rows_out: dict[int, Any] | None = None
-) -> Iterator[Bounded[Schedule]]:
-    """The schedules of workload ``wid`` whose valid records match ``where``, in ascending
-    lower bound: the records read in median order (index-served), each schedule at its first
-    record, a page at a time. A schedule with one valid record comes with it (counted from
-    ``ix_record_schedule`` in the same query), so the common case is one query; ``rows_out``
-    collects the rows read, by record id (:data:`ROW_COLUMNS`)."""
+def stream_query(where: Sequence[Any]) -> Select[Any]:
+    """The statement :func:`stream` runs: a workload's valid records matching ``where`` in
+    median order (bound parameters ``wid``, ``offset``, ``size``), each with the count of its
+    schedule's valid records (from ``ix_record_schedule``). Built once per level: building a
+    statement costs more than running it."""
     same = RecordRow.__table__.alias("same")
     runs = (
         select(func.count())
@@ -164,23 +161,37 @@ def stream(
         )
         .scalar_subquery()
     )
+    return (
+        select(*ROW_COLUMNS, runs.label("runs"))
+        .where(RecordRow.workload_id == bindparam("wid"), RecordRow.median_sec.is_not(None), *where)
+        .order_by(RecordRow.median_sec, RecordRow.id)
+        .offset(bindparam("offset"))
+        .limit(bindparam("size"))
+    )
+
+
+def stream(
+    conn: Connection,
+    query: Select[Any],
+    params: dict[str, Any],
+    rows_out: dict[int, Any] | None = None,
+) -> Iterator[Bounded[Schedule]]:
+    """The schedules of a workload whose valid records ``query`` (:func:`stream_query`, run
+    with ``params``) reads, in ascending lower bound: the records in median order
+    (index-served), each schedule at its first record, a page at a time. A schedule with one
+    valid record comes with it, so the common case is one query; ``rows_out`` collects the
+    rows read, by record id (:data:`ROW_COLUMNS`)."""
     seen: set[Schedule] = set()
     offset, size = 0, PAGE
     while True:
-        rows = conn.execute(
-            select(*ROW_COLUMNS, runs)
-            .where(RecordRow.workload_id == wid, RecordRow.median_sec.is_not(None), *where)
-            .order_by(RecordRow.median_sec, RecordRow.id)
-            .offset(offset)
-            .limit(size)
-        ).all()
+        rows = conn.execute(query, {**params, "offset": offset, "size": size}).all()
         for row in rows:
             key = (row.target_key, row.candidate_hash)
             if rows_out is not None:
                 rows_out[row.id] = row
             if key not in seen:
                 seen.add(key)
-                only = ((row.id, json.loads(row.run_secs_json)),) if row[-1] == 1 else None
+                only = ((row.id, json.loads(row.run_secs_json)),) if row.runs == 1 else None
                 yield Bounded(key, float(row.median_sec), only)
         if len(rows) < size:
             return
@@ -222,7 +233,8 @@ def best_of(
     conn: Connection, wid: int, where: Sequence[Any] = ()
 ) -> tuple[Schedule, Evidence] | None:
     """The best schedule of workload ``wid`` among its valid records matching ``where``."""
-    return choose(stream(conn, wid, where), lambda batch: samples(conn, wid, batch, where))
+    bounded = stream(conn, stream_query(where), {"wid": wid})
+    return choose(bounded, lambda batch: samples(conn, wid, batch, where))
 
 
 def best_per_partition(

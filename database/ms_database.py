@@ -16,7 +16,7 @@ import statistics
 from typing import Any
 
 import tvm
-from sqlalchemy import distinct, func, select
+from sqlalchemy import bindparam, distinct, func, select
 from sqlalchemy.orm import Session
 from tvm.ir import IRModule
 from tvm.ir.utils import derived_object
@@ -46,6 +46,13 @@ from database.storage import Storage
 from database.targets import TargetKey
 
 log = logging.getLogger("tunefarm.database")
+# one statement per lookup level, built once (see :func:`database.evidence.stream_query`)
+STREAM_QUERIES = {
+    level: evidence.stream_query(
+        level_filters(level, {k: bindparam(k) for k in ("tkey", "kind", "arch", "dkey")})
+    )
+    for level in LOOKUP_LEVELS
+}
 
 
 @derived_object
@@ -295,14 +302,20 @@ class TuneFarmDatabase(PyDatabase):
             and not (level == "arch" and tkey.arch is None)
         ]
 
+        values = {"tkey": tkey.key, "kind": tkey.kind, "arch": tkey.arch, "dkey": dkey}
+
         def lookup(session: Session) -> tuple[str, Any, Evidence] | None:
             conn = session.connection()
             for level in levels:
-                where = level_filters(level, tkey, dkey)
                 rows: dict[int, Any] = {}
                 bounded = (
-                    b for b in evidence.stream(conn, wid, where, rows) if b.schedule not in unusable
+                    b
+                    for b in evidence.stream(
+                        conn, STREAM_QUERIES[level], {"wid": wid, **values}, rows
+                    )
+                    if b.schedule not in unusable
                 )
+                where = level_filters(level, values)
                 found = evidence.choose(
                     bounded, lambda batch, w=where: evidence.samples(conn, wid, batch, w)
                 )

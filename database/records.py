@@ -295,16 +295,17 @@ def record_values(m: Measurement, wid: int) -> dict[str, Any]:
     }
 
 
-def level_filters(level: str, tkey: TargetKey, dkey: str | None) -> list[Any]:
+def level_filters(level: str, values: dict[str, Any]) -> list[Any]:
     """The filter of one lookup level on records of a workload (each served by one index
-    with the median last)."""
+    with the median last); ``values``: ``tkey``, ``kind``, ``arch``, ``dkey`` (values or
+    bound parameters)."""
     if level == "device":
-        return [RecordRow.device_key == dkey, RecordRow.target_key == tkey.key]
+        return [RecordRow.device_key == values["dkey"], RecordRow.target_key == values["tkey"]]
     if level == "target":
-        return [RecordRow.target_key == tkey.key]
+        return [RecordRow.target_key == values["tkey"]]
     if level == "arch":
-        return [RecordRow.target_kind == tkey.kind, RecordRow.target_arch == tkey.arch]
-    return [RecordRow.target_kind == tkey.kind]
+        return [RecordRow.target_kind == values["kind"], RecordRow.target_arch == values["arch"]]
+    return [RecordRow.target_kind == values["kind"]]
 
 
 def candidate_hash_of_trace(trace: tvm.s_tir.Trace, mod: IRModule) -> str:

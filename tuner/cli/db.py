@@ -52,8 +52,15 @@ def db_stats(db: DbOpt = None, as_json: JsonOpt = False) -> None:
     if as_json:
         print(json.dumps(data))
         return
-    keys = ("workloads", "schedules", "records", "valid_records", "failed_records", "jobs")
-    keys += ("targets",)
+    keys = [
+        "workloads",
+        "schedules",
+        "records",
+        "valid_records",
+        "failed_records",
+        "jobs",
+        "targets",
+    ]
     _table("schedule database", ["what", "count"], [[k.replace("_", " "), data[k]] for k in keys])
 
 

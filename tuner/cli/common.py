@@ -18,7 +18,7 @@ from rich.markup import escape
 from typer._click import exceptions as click_errors  # typer 0.29 vendors click as _click
 from typer.core import TyperGroup, TyperOption
 
-from database import DatabaseError, Storage, default_url
+from database import DatabaseError, Storage
 from tuner.cli.checks import (  # noqa: F401 (the commands' checks, one import away)
     check_library_output,
     check_model_file,
@@ -101,7 +101,7 @@ def user_errors(fn: F) -> F:
 
 
 def open_storage(url: str | None, *, create: bool = True) -> Storage:
-    return Storage(url or default_url(), create=create)
+    return Storage(url, create=create)  # None: $TUNEFARM_DB (named in errors) or the default
 
 
 def print_json(data: Any) -> None:

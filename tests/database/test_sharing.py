@@ -114,7 +114,10 @@ def test_pack_is_read_only_and_builds_offline(tuned_db, tmp_path: Path) -> None:
 
     pack = tmp_path / "team.pack.db"
     done = export_pack(Storage(tuned_db.url, create=False), pack)
-    assert done.records == len(best_records(Storage(tuned_db.url)))
+    # the pack holds each best schedule with all its records (a confirmation is one more)
+    pack_stats = stats(Storage(f"sqlite:///{pack}", create=False))
+    assert pack_stats["schedules"] == len(best_records(Storage(tuned_db.url)))
+    assert pack_stats["records"] == done.records
     assert not os.stat(pack).st_mode & 0o222 and not Path(f"{pack}-wal").exists()
     _ex, report = tf_compile(
         load_model(TINY).mod, resolve_target("llvm"), f"sqlite:///{pack}", strict=True
@@ -138,7 +141,8 @@ def test_prune_keeps_the_best(tuned_db, tmp_path: Path) -> None:
     plan = prune(Storage(url), keep_top=1, failed=True, dry_run=True)
     assert plan.total > 0 and stats(Storage(url))["records"] > len(best)
     prune(Storage(url), keep_top=1, failed=True)
-    assert stats(Storage(url))["records"] == len(best) and _best(url) == best
+    # the best schedules stay, each with every record of its evidence
+    assert stats(Storage(url))["schedules"] == len(best) and _best(url) == best
     result = CliRunner().invoke(app, ["db", "prune", "--db", url])
     assert result.exit_code == 1 and "nothing to prune" in result.output
 

@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _records(url: str, *, valid_only: bool) -> dict[tuple[str, str], tvm.IRModule]:
-    """Each record's (candidate hash, target) -> its workload's module."""
+    """Each schedule's (candidate hash, target) -> the workload module its records are on."""
     query = select(RecordRow.candidate_hash, RecordRow.target_key, WorkloadRow.mod_json).join(
         WorkloadRow
     )
@@ -50,8 +50,9 @@ def _records(url: str, *, valid_only: bool) -> dict[tuple[str, str], tvm.IRModul
     for chash, tkey, mod_json in rows:
         if mod_json not in mods:
             mods[mod_json] = tvm.ir.load_json(mod_json)
-        assert (chash, tkey) not in out
-        out[(chash, tkey)] = mods[mod_json]
+        # a schedule may have several records (a confirmation, a re-measurement): all of
+        # them on one workload
+        assert out.setdefault((chash, tkey), mods[mod_json]) is mods[mod_json]
     return out
 
 

@@ -55,7 +55,7 @@ from typing import Any
 
 from benchmarks.common import disturbed, foreign_load, machine_header, results_path
 from benchmarks.models import _cli, _json_of
-from benchmarks.verdict import alternate, append_pair, pair_header, resume
+from benchmarks.verdict import add_pair_args, alternate, append_pair, pair_header, resume
 from tuner.planner import powers_of_two, tileable
 from tuner.symbolic.profile import profile_from_mapping
 
@@ -372,19 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         default=list(STRATEGIES),
         help="which strategies to run (the planned one alone re-measures a planner change)",
     )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help="results JSON path (this run's summary; its pairs go beside it, .pairs.jsonl)",
-    )
-    parser.add_argument(
-        "--resume",
-        type=Path,
-        default=None,
-        metavar="FILE",
-        help="append pairs to this pairs file, with its protocol settings and the next seeds",
-    )
+    add_pair_args(parser)
     args = parser.parse_args(argv)
     if args.resume is not None:
         # a later run of the same protocol, on any host: the file's settings, the next seeds

@@ -131,7 +131,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import machine_header, results_path
-from benchmarks.verdict import alternate, append_pair, next_seed, pair_header, resume
+from benchmarks.verdict import add_pair_args, alternate, append_pair, next_seed, pair_header, resume
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKLOADS: dict[str, tuple[str, dict[str, list[int]]]] = {
@@ -988,19 +988,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="RESULTS",
         help="run nothing: summarize a results file's runs again (into it) and write the report",
     )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help="results JSON path (this run's summary; its pairs go beside it, .pairs.jsonl)",
-    )
-    parser.add_argument(
-        "--resume",
-        type=Path,
-        default=None,
-        metavar="FILE",
-        help="append pairs to this pairs file, with its protocol settings and the next seeds",
-    )
+    add_pair_args(parser)
     parser.add_argument(
         "--report",
         type=Path,

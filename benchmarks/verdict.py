@@ -451,3 +451,20 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def add_pair_args(parser: argparse.ArgumentParser) -> None:
+    """``--out`` and ``--resume``, the options every paired benchmark takes."""
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="results JSON path (this run's summary; its pairs go beside it, .pairs.jsonl)",
+    )
+    parser.add_argument(
+        "--resume",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="append pairs to this pairs file, with its protocol settings and the next seeds",
+    )

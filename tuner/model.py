@@ -57,6 +57,9 @@ class Model:
 def check_model_path(path: Path) -> None:
     """A model path that :func:`load_model` can read: an existing file of a known type."""
     kinds = "a .py (TVMScript), .json (IRModule), .onnx or .pt2 (torch.export) file"
+    kinds += " or a Hugging Face decoder folder (config.json + model.safetensors)"
+    if path.is_dir() and (path / "config.json").is_file():
+        return
     if path.is_dir():
         raise TuneFarmError(f"{path} is a directory: MODEL must be {kinds}")
     if not path.exists():
@@ -75,6 +78,10 @@ def load_model(path: str | Path, entry: str = "Module", *, keep_params: bool = F
 
     path = Path(path)
     check_model_path(path)
+    if path.is_dir():
+        from tuner.llm.runtime import decoder_model
+
+        return decoder_model(path)
     if keep_params and path.suffix not in (".onnx", ".pt2"):
         raise TuneFarmError("--keep-params applies to .onnx and .pt2 models only")
     imported = frontends.load(path, entry=entry, keep_params=keep_params)

@@ -11,8 +11,6 @@ import math
 
 import numpy as np
 import tvm
-from tvm import te
-from tvm import tirx as tir
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import op
 
@@ -79,20 +77,14 @@ def _attention(q: nn.Tensor, k: nn.Tensor, v: nn.Tensor, causal: bool, scale: fl
     where queries and keys are the same positions)."""
     qt = op.permute_dims(q, [0, 2, 1, 3])
     kt = op.permute_dims(k, [0, 2, 3, 1])
-    scores = op.multiply(op.matmul(qt, kt), nn.Tensor.from_const(np.float32(scale)))
-    if causal:
-        scores = op.tensor_expr_op(_causal_mask, "causal_mask", [scores])
+    scores = op.matmul(qt, kt)
+    if causal:  # -1e30 above the diagonal: built from relax ops, so binding lengths keeps it whole
+        n = q.shape[1]
+        upper = op.triu(op.ones([n, n], "float32"), diagonal=1)
+        scores = op.add(scores, op.multiply(upper, nn.Tensor.from_const(np.float32(-1e30))))
+    scores = op.multiply(scores, nn.Tensor.from_const(np.float32(scale)))
     probs = op.softmax(scores, axis=-1)
     return op.permute_dims(op.matmul(probs, op.permute_dims(v, [0, 2, 1, 3])), [0, 2, 1, 3])
-
-
-def _causal_mask(scores: te.Tensor) -> te.Tensor:
-    lowest = tir.min_value(scores.dtype)
-    return te.compute(
-        scores.shape,
-        lambda b, h, i, j: tir.Select(j > i, lowest, scores[b, h, i, j]),
-        name="causal_mask",
-    )
 
 
 def _rotate(x: nn.Tensor, cos: nn.Tensor, sin: nn.Tensor) -> nn.Tensor:
@@ -220,11 +212,28 @@ class Decoder(nn.Module):
         hidden, k, v = self._body()(input_ids, positions, k_cache, v_cache)
         return self.lm_head(hidden), k, v
 
+    def main(self, input_ids, positions, next_ids, next_positions, k_cache, v_cache):  # noqa: ANN001, ANN201
+        """One request's work in one function (the prefill of a prompt, then a decode step after
+        ``context`` cached tokens): the entry TuneFarm's tuner reads both lengths from."""
+        logits, _, _ = self.prefill(input_ids, positions)
+        step, k, v = self.decode(next_ids, next_positions, k_cache, v_cache)
+        return logits, step, k, v
+
     def spec(self) -> dict:
         """The export spec: ``prompt`` and ``context`` are the symbolic lengths."""
         cfg = self.cfg
         cache = nn.spec.Tensor([cfg.num_layers, CONTEXT, cfg.num_kv_heads, cfg.head_dim], "float32")
+        plain = {"param_mode": "plain", "effect_mode": "none"}
         return {
+            "main": {
+                "input_ids": nn.spec.Tensor([1, PROMPT], "int32"),
+                "positions": nn.spec.Tensor([PROMPT], "int32"),
+                "next_ids": nn.spec.Tensor([1, 1], "int32"),
+                "next_positions": nn.spec.Tensor([1], "int32"),
+                "k_cache": cache,
+                "v_cache": cache,
+                "$": plain,
+            },
             "prefill": {
                 "input_ids": nn.spec.Tensor([1, PROMPT], "int32"),
                 "positions": nn.spec.Tensor([PROMPT], "int32"),

@@ -1,4 +1,5 @@
-"""The decoder as a ``tvm.relax.frontend.nn`` module: ``prefill`` and ``decode`` with the KV
+"""The decoder as a ``tvm.relax.frontend.nn`` module: one ``main`` that runs ``prompt`` new
+tokens after ``context`` cached ones (prefill: ``context = 0``; decode: ``prompt = 1``), the KV
 cache as explicit tensors ``[layers, length, kv_heads, head_dim]`` passed in and returned.
 
 Parameter names equal the Hugging Face state-dict names (GPT-2's ``Conv1D`` weights are
@@ -47,7 +48,8 @@ class _Attention(nn.Module):
         self,
         x: nn.Tensor,
         rope: tuple[nn.Tensor, nn.Tensor] | None,
-        past: tuple[nn.Tensor, nn.Tensor] | None,
+        past: tuple[nn.Tensor, nn.Tensor],
+        positions: nn.Tensor,
     ) -> tuple[nn.Tensor, nn.Tensor, nn.Tensor]:
         cfg = self.cfg
         b, n, _ = x.shape
@@ -60,31 +62,36 @@ class _Attention(nn.Module):
             v = op.reshape(self.v_proj(x), (b, n, kv, d))
         if rope is not None:
             q, k = _rotate(q, *rope), _rotate(k, *rope)
-        if past is not None:
-            k = op.concat([past[0], k], dim=1)
-            v = op.concat([past[1], v], dim=1)
+        k = op.concat([past[0], k], dim=1)
+        v = op.concat([past[1], v], dim=1)
         kk, vv = k, v
         if kv != h:
             kk, vv = op.repeat(k, h // kv, axis=2), op.repeat(v, h // kv, axis=2)
-        out = _attention(q, kk, vv, causal=past is None, scale=1.0 / math.sqrt(d))
+        out = _attention(q, kk, vv, positions, scale=1.0 / math.sqrt(d))
         out = op.reshape(out, (b, n, h * d))
         proj = self.c_proj if cfg.family == "gpt2" else self.o_proj
         return proj(out), k, v
 
 
-def _attention(q: nn.Tensor, k: nn.Tensor, v: nn.Tensor, causal: bool, scale: float) -> nn.Tensor:
-    """Softmax attention on ``[1, len, heads, head_dim]`` tensors (the causal mask for prefill,
-    where queries and keys are the same positions)."""
+def _attention(
+    q: nn.Tensor, k: nn.Tensor, v: nn.Tensor, positions: nn.Tensor, scale: float
+) -> nn.Tensor:
+    """Causal softmax attention on ``[1, len, heads, head_dim]`` tensors: the query at
+    ``positions[i]`` sees the keys at ``0..positions[i]`` (cache first, then the new tokens)."""
     qt = op.permute_dims(q, [0, 2, 1, 3])
     kt = op.permute_dims(k, [0, 2, 3, 1])
     scores = op.matmul(qt, kt)
-    if causal:  # -1e30 above the diagonal: built from relax ops, so binding lengths keeps it whole
-        n = q.shape[1]
-        upper = op.triu(op.ones([n, n], "float32"), diagonal=1)
-        scores = op.add(scores, op.multiply(upper, nn.Tensor.from_const(np.float32(-1e30))))
-    scores = op.multiply(scores, nn.Tensor.from_const(np.float32(scale)))
+    # -1e30 where a key lies after the query; relax ops only, so binding lengths keeps FuseTIR whole
+    keys = op.arange(0, k.shape[1], dtype="int32")
+    after = op.greater(op.reshape(keys, [1, k.shape[1]]), op.reshape(positions, [q.shape[1], 1]))
+    scores = op.add(scores, op.multiply(op.astype(after, "float32"), _const(-1e30)))
+    scores = op.multiply(scores, _const(scale))
     probs = op.softmax(scores, axis=-1)
     return op.permute_dims(op.matmul(probs, op.permute_dims(v, [0, 2, 1, 3])), [0, 2, 1, 3])
+
+
+def _const(value: float) -> nn.Tensor:
+    return nn.Tensor.from_const(np.float32(value))
 
 
 def _rotate(x: nn.Tensor, cos: nn.Tensor, sin: nn.Tensor) -> nn.Tensor:
@@ -135,13 +142,13 @@ class _Block(nn.Module):
         self.mlp = _MLP(cfg)
         self.gpt2 = cfg.family == "gpt2"
 
-    def forward(self, x, rope, past):  # noqa: ANN001, ANN201 - nn.Tensor plumbing
+    def forward(self, x, rope, past, positions):  # noqa: ANN001, ANN201 - nn.Tensor plumbing
         norm1, attn, norm2 = (
             (self.ln_1, self.attn, self.ln_2)
             if self.gpt2
             else (self.input_layernorm, self.self_attn, self.post_attention_layernorm)
         )
-        a, k, v = attn(norm1(x), rope, past)
+        a, k, v = attn(norm1(x), rope, past, positions)
         x = op.add(x, a)
         return op.add(x, self.mlp(norm2(x))), k, v
 
@@ -177,19 +184,18 @@ class _Body(nn.Module):
                 op.reshape(op.take(self.rope_sin, positions, axis=0), shape),
             )
             blocks, final = self.layers, self.norm
-        pasts_k = op.split(k_cache, cfg.num_layers, axis=0) if k_cache is not None else None
-        pasts_v = op.split(v_cache, cfg.num_layers, axis=0) if v_cache is not None else None
+        pasts_k = op.split(k_cache, cfg.num_layers, axis=0) if cfg.num_layers > 1 else [k_cache]
+        pasts_v = op.split(v_cache, cfg.num_layers, axis=0) if cfg.num_layers > 1 else [v_cache]
         ks, vs = [], []
         for i, block in enumerate(blocks):
-            past = (pasts_k[i], pasts_v[i]) if pasts_k is not None else None
-            x, k, v = block(x, rope, past)
+            x, k, v = block(x, rope, (pasts_k[i], pasts_v[i]), positions)
             ks.append(k)
             vs.append(v)
         return final(x), op.concat(ks, dim=0), op.concat(vs, dim=0)
 
 
 class Decoder(nn.Module):
-    """The whole decoder; ``prefill`` starts from an empty cache, ``decode`` adds one token."""
+    """The whole decoder, one step of ``prompt`` tokens after ``context`` cached ones."""
 
     def __init__(self, cfg: DecoderConfig) -> None:
         self.cfg = cfg
@@ -202,55 +208,34 @@ class Decoder(nn.Module):
     def _body(self) -> _Body:
         return self.transformer if self.cfg.family == "gpt2" else self.model
 
-    def prefill(self, input_ids: nn.Tensor, positions: nn.Tensor):  # noqa: ANN201
-        """Logits ``[1, prompt, vocab]`` and the cache of the prompt."""
-        hidden, k, v = self._body()(input_ids, positions, None, None)
-        return self.lm_head(hidden), k, v
-
-    def decode(self, input_ids, positions, k_cache, v_cache):  # noqa: ANN001, ANN201
-        """Logits ``[1, 1, vocab]`` of one token after ``context`` cached ones; the grown cache."""
+    def forward(self, input_ids, positions, k_cache, v_cache):  # noqa: ANN001, ANN201
+        """``prompt`` new tokens after ``context`` cached ones: logits ``[1, prompt, vocab]`` and
+        the cache grown to ``context + prompt``. Prefill is ``context = 0``, a decode step
+        ``prompt = 1``; ``positions`` are ``context .. context + prompt - 1``."""
         hidden, k, v = self._body()(input_ids, positions, k_cache, v_cache)
         return self.lm_head(hidden), k, v
-
-    def main(self, input_ids, positions, next_ids, next_positions, k_cache, v_cache):  # noqa: ANN001, ANN201
-        """One request's work in one function (the prefill of a prompt, then a decode step after
-        ``context`` cached tokens): the entry TuneFarm's tuner reads both lengths from."""
-        logits, _, _ = self.prefill(input_ids, positions)
-        step, k, v = self.decode(next_ids, next_positions, k_cache, v_cache)
-        return logits, step, k, v
 
     def spec(self) -> dict:
         """The export spec: ``prompt`` and ``context`` are the symbolic lengths."""
         cfg = self.cfg
         cache = nn.spec.Tensor([cfg.num_layers, CONTEXT, cfg.num_kv_heads, cfg.head_dim], "float32")
-        plain = {"param_mode": "plain", "effect_mode": "none"}
         return {
-            "main": {
+            "forward": {
                 "input_ids": nn.spec.Tensor([1, PROMPT], "int32"),
                 "positions": nn.spec.Tensor([PROMPT], "int32"),
-                "next_ids": nn.spec.Tensor([1, 1], "int32"),
-                "next_positions": nn.spec.Tensor([1], "int32"),
-                "k_cache": cache,
-                "v_cache": cache,
-                "$": plain,
-            },
-            "prefill": {
-                "input_ids": nn.spec.Tensor([1, PROMPT], "int32"),
-                "positions": nn.spec.Tensor([PROMPT], "int32"),
-                "$": {"param_mode": "plain", "effect_mode": "none"},
-            },
-            "decode": {
-                "input_ids": nn.spec.Tensor([1, 1], "int32"),
-                "positions": nn.spec.Tensor([1], "int32"),
                 "k_cache": cache,
                 "v_cache": cache,
                 "$": {"param_mode": "plain", "effect_mode": "none"},
-            },
+            }
         }
 
 
 def export(cfg: DecoderConfig) -> tuple[tvm.IRModule, list[str]]:
-    """The Relax module (``prefill``, ``decode``) and its parameter names, in argument order."""
+    """The Relax module (``main``: the step) and its parameter names, in argument order."""
     model = Decoder(cfg)
     mod, named = model.export_tvm(spec=model.spec())
+    gv = mod.get_global_var("forward")
+    main = mod[gv]
+    del mod[gv]
+    mod["main"] = main.with_attr("global_symbol", "main")
     return mod, [name for name, _ in named]

@@ -22,7 +22,8 @@ def is_decoder_folder(path: Path) -> bool:
 
 
 def decoder_module(folder: Path) -> tuple[DecoderConfig, tvm.IRModule, list[str]]:
-    """The folder's config, its Relax module (``prefill``, ``decode``) and parameter names."""
+    """The folder's config, its Relax module (``main``, see :mod:`tuner.llm.model`) and its
+    parameter names."""
     cfg = DecoderConfig.from_folder(folder)
     mod, names = export(cfg)
     return cfg, mod, names
@@ -66,10 +67,18 @@ class DecoderSession:
             raise TuneFarmError(f"cannot load {lib}: {str(err).splitlines()[0]}") from None
         self.params = [tvm.runtime.tensor(p, self.dev) for p in weights]
 
-    def _run(self, fn: str, ids: np.ndarray, start: int, *cache: tvm.runtime.Tensor):
-        pos = np.arange(start, start + ids.shape[1], dtype=np.int32)
-        args = [tvm.runtime.tensor(ids, self.dev), tvm.runtime.tensor(pos, self.dev)]
-        logits, k, v = self.vm[fn](*args, *cache, *self.params)
+    def empty_cache(self) -> tuple[tvm.runtime.Tensor, tvm.runtime.Tensor]:
+        """K and V caches of no tokens."""
+        c = self.cfg
+        empty = np.zeros((c.num_layers, 0, c.num_kv_heads, c.head_dim), dtype=np.float32)
+        return tvm.runtime.tensor(empty, self.dev), tvm.runtime.tensor(empty, self.dev)
+
+    def step(self, ids: list[int], k: tvm.runtime.Tensor, v: tvm.runtime.Tensor):  # noqa: ANN201
+        """Run ``ids`` after the cached tokens: the last position's logits and the grown cache."""
+        start = k.shape[1]
+        pos = np.arange(start, start + len(ids), dtype=np.int32)
+        args = [tvm.runtime.tensor(np.array([ids], dtype=np.int32), self.dev)]
+        logits, k, v = self.vm["main"](*args, tvm.runtime.tensor(pos, self.dev), k, v, *self.params)
         return logits.numpy()[0, -1], k, v
 
     def generate(self, prompt: list[int], max_new_tokens: int, eos: int | None = None) -> Generation:
@@ -84,21 +93,21 @@ class DecoderSession:
         if max(prompt) >= self.cfg.vocab_size or min(prompt) < 0:
             raise TuneFarmError(f"prompt ids must be in [0, {self.cfg.vocab_size})")
         t0 = time.perf_counter()
-        logits, k, v = self._run("prefill", np.array([prompt], dtype=np.int32), 0)
+        logits, k, v = self.step(prompt, *self.empty_cache())
         tokens = [int(np.argmax(logits))]
         prefill_ms = (time.perf_counter() - t0) * 1e3
         t1 = time.perf_counter()
         while len(tokens) < max_new_tokens and tokens[-1] != eos:
-            ids = np.array([[tokens[-1]]], dtype=np.int32)
-            logits, k, v = self._run("decode", ids, len(prompt) + len(tokens) - 1, k, v)
+            logits, k, v = self.step([tokens[-1]], k, v)
             tokens.append(int(np.argmax(logits)))
         steps = len(tokens) - 1
         rate = steps / (time.perf_counter() - t1) if steps else 0.0
         return Generation(tokens, prefill_ms, rate)
 
 
-# Default buckets: prompts 16..512, contexts 64..2048 (powers of 4 apart, clipped to the model).
-PROMPT_BUCKETS = (16, 64, 256, 512)
+# Default buckets: a decode step (prompt 1) and prompts 16..512; contexts 64..2048, clipped to
+# the model's positions.
+PROMPT_BUCKETS = (1, 16, 64, 256, 512)
 CONTEXT_BUCKETS = (64, 256, 1024, 2048)
 
 
@@ -110,7 +119,7 @@ def default_buckets(cfg: DecoderConfig) -> dict[str, list[int]]:
 
 
 def decoder_model(folder: Path):  # noqa: ANN201 - tuner.model.Model, imported lazily
-    """The folder as a :class:`tuner.model.Model`: ``prefill`` and ``decode`` with the weights
+    """The folder as a :class:`tuner.model.Model`: the step function ``main`` with the weights
     kept as trailing inputs (the library is weight-free; ``generate`` reads the safetensors)."""
     from tuner.model import Model
 

@@ -17,13 +17,15 @@ def parse_ids(text: str) -> list[int]:
     try:
         ids = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise TuneFarmError(f"--prompt-ids must be comma-separated integers, got {text!r}") from None
+        raise TuneFarmError(
+            f"--prompt-ids must be comma-separated integers, got {text!r}"
+        ) from None
     if not ids:
         raise TuneFarmError("--prompt-ids is empty")
     return ids
 
 
-def _tokenizer(folder: Path):  # noqa: ANN202 - a transformers tokenizer or None
+def _tokenizer(folder: Path):
     if not any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
         return None
     from transformers import AutoTokenizer
@@ -40,7 +42,9 @@ def generate(
         str | None, typer.Option("--prompt-ids", help="Prompt token ids: 1,2,3.")
     ] = None,
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", min=1)] = 32,
-    as_json: Annotated[bool, typer.Option("--json", help="Print tokens and timings as JSON.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print tokens and timings as JSON.")
+    ] = False,
 ) -> None:
     """Greedy generation from MODEL's built library (the tokenizer from the folder if any)."""
     from tuner.llm.runtime import DecoderSession, is_decoder_folder

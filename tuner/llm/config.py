@@ -12,6 +12,13 @@ LLAMA_LIKE = ("llama", "qwen2", "mistral")
 ARCHITECTURES = (*LLAMA_LIKE, "gpt2")
 
 
+def _check_architecture(kind: str) -> None:
+    if kind not in ARCHITECTURES:
+        raise TuneFarmError(
+            f"unsupported decoder model_type {kind!r}: expected one of {', '.join(ARCHITECTURES)}"
+        )
+
+
 @dataclass(frozen=True)
 class DecoderConfig:
     """The shapes and options of a decoder; ``family`` is ``llama`` (Llama, Qwen2, Mistral) or
@@ -32,11 +39,7 @@ class DecoderConfig:
     tie_word_embeddings: bool = False
 
     def __post_init__(self) -> None:
-        if self.model_type not in ARCHITECTURES:
-            raise TuneFarmError(
-                f"unsupported decoder model_type {self.model_type!r}: "
-                f"expected one of {', '.join(ARCHITECTURES)}"
-            )
+        _check_architecture(self.model_type)
         if self.num_heads % self.num_kv_heads:
             raise TuneFarmError(
                 f"num_attention_heads {self.num_heads} is not a multiple of "
@@ -67,10 +70,7 @@ class DecoderConfig:
     def from_dict(cls, raw: dict) -> DecoderConfig:
         """The config from a ``config.json`` dictionary."""
         kind = str(raw.get("model_type", ""))
-        if kind not in ARCHITECTURES:
-            raise TuneFarmError(
-                f"unsupported decoder model_type {kind!r}: expected one of {', '.join(ARCHITECTURES)}"
-            )
+        _check_architecture(kind)
         try:
             if kind == "gpt2":
                 hidden = int(raw["n_embd"])

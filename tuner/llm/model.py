@@ -142,7 +142,7 @@ class _Block(nn.Module):
         self.mlp = _MLP(cfg)
         self.gpt2 = cfg.family == "gpt2"
 
-    def forward(self, x, rope, past, positions):  # noqa: ANN001, ANN201 - nn.Tensor plumbing
+    def forward(self, x, rope, past, positions):
         norm1, attn, norm2 = (
             (self.ln_1, self.attn, self.ln_2)
             if self.gpt2
@@ -170,7 +170,7 @@ class _Body(nn.Module):
             self.rope_cos = nn.Parameter((cfg.max_positions, cfg.head_dim))
             self.rope_sin = nn.Parameter((cfg.max_positions, cfg.head_dim))
 
-    def forward(self, ids, positions, k_cache, v_cache):  # noqa: ANN001, ANN201
+    def forward(self, ids, positions, k_cache, v_cache):
         cfg = self.cfg
         n = ids.shape[1]
         if cfg.family == "gpt2":
@@ -208,7 +208,7 @@ class Decoder(nn.Module):
     def _body(self) -> _Body:
         return self.transformer if self.cfg.family == "gpt2" else self.model
 
-    def forward(self, input_ids, positions, k_cache, v_cache):  # noqa: ANN001, ANN201
+    def forward(self, input_ids, positions, k_cache, v_cache):
         """``prompt`` new tokens after ``context`` cached ones: logits ``[1, prompt, vocab]`` and
         the cache grown to ``context + prompt``. Prefill is ``context = 0``, a decode step
         ``prompt = 1``; ``positions`` are ``context .. context + prompt - 1``."""

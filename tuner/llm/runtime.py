@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import tvm
@@ -14,6 +15,9 @@ from tuner.errors import TuneFarmError
 from tuner.llm.config import DecoderConfig
 from tuner.llm.model import export
 from tuner.llm.weights import load_params
+
+if TYPE_CHECKING:
+    from tuner.model import Model
 
 
 def is_decoder_folder(path: Path) -> bool:
@@ -65,6 +69,12 @@ class DecoderSession:
             self.vm = relax.VirtualMachine(tvm.runtime.load_module(str(lib)), self.dev)
         except (RuntimeError, OSError) as err:
             raise TuneFarmError(f"cannot load {lib}: {str(err).splitlines()[0]}") from None
+        try:
+            self.vm["main"]
+        except AttributeError:
+            raise TuneFarmError(
+                f"{lib} is not a decoder library: build it with tunefarm build"
+            ) from None
         self.params = [tvm.runtime.tensor(p, self.dev) for p in weights]
 
     def empty_cache(self) -> tuple[tvm.runtime.Tensor, tvm.runtime.Tensor]:
@@ -73,7 +83,9 @@ class DecoderSession:
         empty = np.zeros((c.num_layers, 0, c.num_kv_heads, c.head_dim), dtype=np.float32)
         return tvm.runtime.tensor(empty, self.dev), tvm.runtime.tensor(empty, self.dev)
 
-    def step(self, ids: list[int], k: tvm.runtime.Tensor, v: tvm.runtime.Tensor):  # noqa: ANN201
+    def step(
+        self, ids: list[int], k: tvm.runtime.Tensor, v: tvm.runtime.Tensor
+    ) -> tuple[np.ndarray, tvm.runtime.Tensor, tvm.runtime.Tensor]:
         """Run ``ids`` after the cached tokens: the last position's logits and the grown cache."""
         start = k.shape[1]
         pos = np.arange(start, start + len(ids), dtype=np.int32)
@@ -81,7 +93,9 @@ class DecoderSession:
         logits, k, v = self.vm["main"](*args, tvm.runtime.tensor(pos, self.dev), k, v, *self.params)
         return logits.numpy()[0, -1], k, v
 
-    def generate(self, prompt: list[int], max_new_tokens: int, eos: int | None = None) -> Generation:
+    def generate(
+        self, prompt: list[int], max_new_tokens: int, eos: int | None = None
+    ) -> Generation:
         """Greedy decoding: ``max_new_tokens`` tokens after ``prompt`` (stops early at ``eos``)."""
         if not prompt:
             raise TuneFarmError("the prompt is empty")
@@ -118,7 +132,7 @@ def default_buckets(cfg: DecoderConfig) -> dict[str, list[int]]:
     return {"prompt": fit, "context": ctx}
 
 
-def decoder_model(folder: Path):  # noqa: ANN201 - tuner.model.Model, imported lazily
+def decoder_model(folder: Path) -> Model:
     """The folder as a :class:`tuner.model.Model`: the step function ``main`` with the weights
     kept as trailing inputs (the library is weight-free; ``generate`` reads the safetensors)."""
     from tuner.model import Model

@@ -9,7 +9,7 @@ import pytest
 ARCHS = ("llama", "qwen2", "mistral", "gpt2")
 
 
-def save_tiny(arch: str, folder: Path, seed: int = 0):  # noqa: ANN201 - a transformers model
+def save_tiny(arch: str, folder: Path, seed: int = 0):
     """A random-init decoder of ``arch`` (hidden 64, 2 layers, vocab 160) saved to ``folder``."""
     import torch
     import transformers as T

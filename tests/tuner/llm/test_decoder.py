@@ -47,7 +47,8 @@ def test_folder_without_weights_is_one_line_error(tmp_path: Path) -> None:
     (tmp_path / "m" / "model.safetensors").unlink()
     (tmp_path / "lib.so").write_bytes(b"")
     result = runner.invoke(
-        app, ["generate", str(tmp_path / "m"), "--lib", str(tmp_path / "lib.so"), "--prompt-ids", "1"]
+        app,
+        ["generate", str(tmp_path / "m"), "--lib", str(tmp_path / "lib.so"), "--prompt-ids", "1"],
     )
     assert result.exit_code == 1
     assert "no model.safetensors" in result.output
@@ -103,7 +104,40 @@ def test_generate_with_a_broken_library_is_one_line_error(tmp_path: Path) -> Non
     save_tiny("llama", tmp_path / "m")
     (tmp_path / "lib.so").write_bytes(b"not a library")
     result = runner.invoke(
-        app, ["generate", str(tmp_path / "m"), "--lib", str(tmp_path / "lib.so"), "--prompt-ids", "1"]
+        app,
+        ["generate", str(tmp_path / "m"), "--lib", str(tmp_path / "lib.so"), "--prompt-ids", "1"],
     )
     assert result.exit_code == 1
     assert "cannot load" in result.output
+
+
+@pytest.mark.slow
+def test_tune_per_bucket_then_build_generates_torchs_tokens(tmp_path: Path) -> None:
+    """`tunefarm tune FOLDER --shape prompt=1,16 --shape context=64` records kernels per bucket
+    of both lengths; the build from that database still generates PyTorch's tokens."""
+    torch_model = save_tiny("llama", tmp_path / "m")
+    db = f"sqlite:///{tmp_path / 'tf.db'}"
+    Storage(db, create=True)
+    folder, lib = str(tmp_path / "m"), str(tmp_path / "tuned.so")
+    tuned = runner.invoke(
+        app,
+        ["tune", folder, "--shape", "prompt=1,16", "--shape", "context=64", "--trials", "24",
+         "--db", db, "--search", "thread", "--seed", "0", "--json"],
+    )  # fmt: skip
+    assert tuned.exit_code == 0, tuned.output
+    tasks = json.loads(tuned.output[tuned.output.index("{") :])["tasks"]
+    names = " ".join(t["name"] for t in tasks)
+    assert "prompt=1,context=64" in names and "prompt=16,context=64" in names
+    built = runner.invoke(app, ["build", folder, "-o", lib, "--db", db, "--json"])
+    assert built.exit_code == 0, built.output
+    ids = ",".join(map(str, PROMPT))
+    result = runner.invoke(
+        app,
+        ["generate", folder, "--lib", lib, "--prompt-ids", ids, "--max-new-tokens", "16", "--json"],
+    )
+    assert result.exit_code == 0, result.output
+    with torch.no_grad():
+        expected = torch_model.generate(
+            torch.tensor([PROMPT]), max_new_tokens=16, min_new_tokens=16, do_sample=False
+        )[0, len(PROMPT) :].tolist()
+    assert json.loads(result.output.strip().splitlines()[-1])["tokens"] == expected

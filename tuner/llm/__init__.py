@@ -1,4 +1,5 @@
-"""Decoder-only language models from Hugging Face folders: one Relax module with ``prefill``
-(symbolic prompt length) and ``decode`` (symbolic context length) sharing an explicit KV cache,
-built once and run by :func:`tuner.llm.runtime.generate`.
+"""Decoder-only language models from Hugging Face folders: one Relax step function ``main``
+(``prompt`` new tokens after ``context`` cached ones, both symbolic; prefill and decode are its
+two ends) with an explicit KV cache, built once and run by
+:class:`tuner.llm.runtime.DecoderSession`.
 """

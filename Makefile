@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo demo-frontends examples test test-fast bench bench-models lint clean
+.PHONY: install demo demo-frontends demo-llm examples test test-fast bench bench-models lint clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PY) >/dev/null 2>&1 || { echo "error: $(PY) not found (set PY=python3.x)"; exit 1; }
@@ -46,6 +46,13 @@ demo-frontends: $(STAMP)
 	$(BIN)/tunefarm tune examples/transformer_encoder.pt2 --shape s=16,64 --trials 48 --db $(DEMO_DB) --seed 0
 	$(BIN)/tunefarm build examples/transformer_encoder.pt2 --db $(DEMO_DB) -o out/transformer_encoder.so
 	$(BIN)/tunefarm bench examples/transformer_encoder.pt2 --db $(DEMO_DB) --shape s=1,7,16,40,64,100
+
+demo-llm: $(STAMP)  ## a small random-init decoder: tuned per bucket, built, generating
+	mkdir -p out
+	$(BIN)/python examples/make_tiny_decoder.py out/tiny-llama --arch llama
+	$(BIN)/tunefarm tune out/tiny-llama --shape prompt=1,16 --shape context=64,256 --trials 64 --db $(DEMO_DB) --seed 0
+	$(BIN)/tunefarm build out/tiny-llama --db $(DEMO_DB) -o out/tiny-llama.so
+	$(BIN)/tunefarm generate out/tiny-llama --lib out/tiny-llama.so --prompt-ids 1,2,3,4,5,6,7,8 --max-new-tokens 32 --json
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -ra --durations=15 $(PYTEST_ARGS)

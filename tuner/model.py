@@ -63,6 +63,10 @@ def load_model(path: str | Path, entry: str = "Module", *, keep_params: bool = F
 
     path = Path(path)
     check_model_path(path)
+    if path.is_dir():
+        from tuner.llm.runtime import decoder_model
+
+        return decoder_model(path)
     if keep_params and path.suffix not in (".onnx", ".pt2"):
         raise TuneFarmError("--keep-params applies to .onnx and .pt2 models only")
     imported = frontends.load(path, entry=entry, keep_params=keep_params)

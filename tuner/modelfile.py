@@ -15,6 +15,9 @@ MODEL_SUFFIXES = (".py", ".json", ".onnx", ".pt2")
 def check_model_path(path: Path) -> None:
     """A model path that :func:`load_model` can read: an existing file of a known type."""
     kinds = "a .py (TVMScript), .json (IRModule), .onnx or .pt2 (torch.export) file"
+    kinds += " or a Hugging Face decoder folder (config.json + model.safetensors)"
+    if path.is_dir() and (path / "config.json").is_file():
+        return
     if path.is_dir():
         raise TuneFarmError(f"{path} is a directory: MODEL must be {kinds}")
     if not path.exists():

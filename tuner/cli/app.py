@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from database.errors import error_summary
-from tuner.cli import cluster, plan, run
+from tuner.cli import cluster, generate, plan, run
 from tuner.cli.common import CONTEXT_SETTINGS, CompactGroup
 from tuner.cli.cost_model import cost_model_app
 from tuner.cli.db import db_app
@@ -32,6 +32,7 @@ app.add_typer(cost_model_app, name="model", hidden=True)  # the old name, for sc
 run.register(app)  # tune, build, bench
 cluster.register(app)  # submit, jobs, status, logs, workers
 plan.register(app)  # plan, profile record
+generate.register(app)  # generate (decoder LLMs)
 
 
 def _version(value: bool) -> None:

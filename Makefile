@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo demo-frontends examples test test-fast bench bench-models lint clean
+.PHONY: install demo demo-frontends demo-llm examples test test-fast bench bench-models lint clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PY) >/dev/null 2>&1 || { echo "error: $(PY) not found (set PY=python3.x)"; exit 1; }
@@ -47,6 +47,13 @@ demo-frontends: $(STAMP)
 	$(BIN)/tunefarm build examples/transformer_encoder.pt2 --db $(DEMO_DB) -o out/transformer_encoder.so
 	$(BIN)/tunefarm bench examples/transformer_encoder.pt2 --db $(DEMO_DB) --shape s=1,7,16,40,64,100
 
+demo-llm: $(STAMP)  ## a small random-init decoder: tuned per bucket, built, generating
+	mkdir -p out
+	$(BIN)/python examples/make_tiny_decoder.py out/tiny-llama --arch llama
+	$(BIN)/tunefarm tune out/tiny-llama --shape prompt=1,16 --shape context=64,256 --trials 64 --db $(DEMO_DB) --seed 0
+	$(BIN)/tunefarm build out/tiny-llama --db $(DEMO_DB) -o out/tiny-llama.so
+	$(BIN)/tunefarm generate out/tiny-llama --lib out/tiny-llama.so --prompt-ids 1,2,3,4,5,6,7,8 --max-new-tokens 32 --json
+
 test: $(STAMP)
 	$(BIN)/python -m pytest -ra --durations=15 $(PYTEST_ARGS)
 
@@ -60,7 +67,7 @@ BENCH_THREADS ?= $(shell nproc)
 bench: $(STAMP)
 	OPENBLAS_NUM_THREADS=$(BENCH_THREADS) TVM_NUM_THREADS=$(BENCH_THREADS) \
 		$(BIN)/python -m benchmarks suite $(BENCH_ARGS)
-	$(BIN)/python -m benchmarks time-to-quality --workloads mlp --seeds 3 --trials-per-task 8
+	$(BIN)/python -m benchmarks time-to-quality --workloads mlp --seeds 3 --trials-per-task 8 --budget trials
 
 # The per-model and symbolic-shape benchmarks (longer; figures in docs/symbolic-shapes.md).
 bench-models: $(STAMP)
@@ -77,6 +84,11 @@ clean:
 # docs/demo-output.md and README's sample output, from a real run of the `demo` target's
 # commands (read with `make -n demo`) into a scratch database. DOCS_OUTPUT_ARGS=--quick: the
 # first model only, at 8 trials (write it elsewhere with --output/--readme).
+# docs/cli.md, the command-line reference, from the typer app (a test fails when it is stale).
+.PHONY: docs-cli
+docs-cli: $(STAMP)
+	$(BIN)/python -m tuner.cli.docgen
+
 .PHONY: docs-output
 docs-output: $(STAMP)
 	$(BIN)/python -m benchmarks.docs_output $(DOCS_OUTPUT_ARGS)

@@ -3,7 +3,8 @@ model tuned, then TuneFarm tuned / untuned vs its reference, torch.compile and O
 ``suite`` (the whole scoreboard, ``make bench``; see :mod:`benchmarks.suite`), ``symbolic``,
 ``database``, ``cost-model``, ``warm-start``, ``cost-model-study``, ``throughput``,
 ``time-to-quality`` (:mod:`benchmarks.time_to_quality`), ``ceiling`` (:mod:`benchmarks.ceiling`),
-``planner`` (:mod:`benchmarks.planner`: planned buckets against powers of two and hand choices).
+``planner`` (:mod:`benchmarks.planner`: planned buckets against powers of two and hand choices),
+``verdicts`` (:mod:`benchmarks.verdict`: the targets' verdicts from paired seeds).
 
 All ratios are measured side by side in one run. Usage::
 
@@ -31,6 +32,7 @@ PARTS: dict[str, str] = {
     "time-to-quality": "benchmarks.time_to_quality",
     "ceiling": "benchmarks.ceiling",
     "planner": "benchmarks.planner",
+    "verdicts": "benchmarks.verdict",
 }
 
 

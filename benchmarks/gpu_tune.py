@@ -38,7 +38,7 @@ def run(
 
     from benchmarks.common import stat
     from database import Storage
-    from tuner.bench import random_inputs
+    from tuner.bench.timing import random_inputs
     from tuner.compile import compile as tf_compile
     from tuner.job import TuneConfig, tune
     from tuner.model import load_model

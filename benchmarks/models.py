@@ -128,11 +128,11 @@ def row_of(model: str, tune_sec: float, res: dict[str, Any]) -> dict[str, Any]:
             notes.append(f"{name}: {rt['error']}")
         elif rt and rt.get("agree") is False:
             notes.append(f"{name}: MISMATCH (max err {rt.get('max_abs_err')})")
-    from tuner.bench import NOISY  # a figure whose repeats spread more is noisy
+    from tuner.bench.results import NOISY  # a figure whose repeats spread more is noisy
 
     spread = {**res.get("spread", {})}  # (max - min) / median of its interleaved repeats
     spread |= {n: rts[n]["spread"] for n in OTHER_RUNTIMES if rts.get(n, {}).get("spread")}
-    # the ratios are paired rounds (tuner.bench._paired): their own spread
+    # the ratios are paired rounds (tuner.bench.timing.time_paired): their own spread
     spread |= {f"{n}/tuned": v["spread"] for n, v in res.get("paired", {}).items()}
     noisy = sorted(k for k, v in spread.items() if v is not None and v > NOISY)
     if noisy:
@@ -183,7 +183,7 @@ def run(
                 log(f"  {failures[model]}")
                 continue
             log(f"  tuned in {tune_sec:.0f} s; bench")
-            bench_args = ["bench", path, "--db", url, "--json", "-"]
+            bench_args = ["bench", path, "--db", url, "--json"]
             proc = _cli([*bench_args, *_shape_opts(spec.get("bench", []))], env, timeout)
             try:
                 results = _json_of(proc.stdout)["results"]

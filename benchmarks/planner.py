@@ -9,10 +9,10 @@ process and its own fresh database.
   median 24, to the bound), 20,000 samples each.
 - **Strategies** at the same ``--trials``: ``planned`` (``tune --shape-profile``; the plan's
   predicted mean is read from ``tunefarm plan --json`` on the same empty database first),
-  ``pow2`` (the planner's own alternative, :func:`tuner.symbolic.planner.powers_of_two`) and
+  ``pow2`` (the planner's own alternative, :func:`tuner.planner.powers_of_two`) and
   two hand choices of three buckets from the profile's quantiles (``hand-a``: p50, p90, max;
   ``hand-b``: p25, p75, p99), each rounded up as the planner's candidates are
-  (:func:`~tuner.symbolic.planner.tileable`); ``best hand`` is the better
+  (:func:`~tuner.planner.tileable`); ``best hand`` is the better
   of the two as measured.
 - **Figures** per (model, profile): the measured traffic-weighted mean of each strategy (median
   over seeds, with the range), planned / pow2, planned / best hand, and the plan's predicted
@@ -21,10 +21,22 @@ process and its own fresh database.
   more than :data:`~benchmarks.common.DISTURBED_CORES` of CPU (``disturbed``; each run's
   ``other_cores`` and ``steal_cores``, :func:`~benchmarks.common.foreign_load`).
 
+- **Paired seeds**: each (model, profile, seed) is a pair, its strategies run back to back
+  in an order alternating from seed to seed; each finished pair is appended, one line, to the
+  pairs file beside the results (``<results>.pairs.jsonl``, with the host, its CPU model and
+  the git commit), so a run killed midway keeps its finished pairs. ``--resume PAIRS.jsonl``
+  appends to an existing pairs file on any host, with its settings (:data:`PROTOCOL`) and as
+  many seeds as ``--seeds`` names, after its last; ``python -m benchmarks verdicts`` judges the
+  targets from the pairs (:mod:`benchmarks.verdict`). The defaults (both models, three
+  profiles, ``--trials 64``, seeds 0 and 1) fit about an hour on a 2-core machine: one seed
+  of one model is some 15 minutes (six to eight tunes of 64 trials, about 80 s each, the hand
+  and powers-of-two bucket sets tuned once per model and seed and benched over each profile
+  that chose them, and twelve benches).
+
 Usage::
 
     python -m benchmarks planner [--models mlp transformer] [--profiles narrow bimodal long-tail]
-                                 [--trials 96] [--seeds 0 1 2] [--out PATH]
+                                 [--trials 64] [--seeds 0 1] [--out PATH] [--resume PAIRS.jsonl]
 """
 
 from __future__ import annotations
@@ -43,6 +55,7 @@ from typing import Any
 
 from benchmarks.common import disturbed, foreign_load, machine_header, results_path
 from benchmarks.models import _cli, _json_of
+from benchmarks.verdict import add_pair_args, alternate, append_pair, pair_header, resume
 from tuner.planner import powers_of_two, tileable
 from tuner.symbolic.profile import profile_from_mapping
 
@@ -54,6 +67,8 @@ WORKLOADS: dict[str, tuple[str, str, int]] = {
 }
 PROFILES = ("narrow", "bimodal", "long-tail")
 STRATEGIES = ("planned", "pow2", "hand-a", "hand-b")
+# the options a pairs file records and ``--resume`` continues with
+PROTOCOL = ("trials", "stages", "strategies", "models", "profiles")
 SAMPLES = 20_000
 
 
@@ -205,9 +220,13 @@ def run(
     log: Any = print,
     save: Callable[[dict[str, Any]], None] | None = None,
     strategies: tuple[str, ...] = STRATEGIES,
+    on_pair: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Every (model, profile, seed, strategy) run; ``save(data)`` is called after each one
-    with the results so far (a long benchmark cut off keeps what it measured)."""
+    with the results so far (a long benchmark cut off keeps what it measured). Each (model,
+    profile, seed) is a pair: its strategies back to back, in an order alternating from seed
+    to seed (:func:`benchmarks.verdict.alternate`); ``on_pair(record)`` gets each finished
+    pair (``benchmark``, ``model``, ``profile``, ``seed``, ``order``, ``runs``)."""
     env = dict(os.environ)
     env.setdefault("TVM_NUM_THREADS", str(os.cpu_count() or 1))
     cases: list[dict[str, Any]] = []
@@ -253,7 +272,9 @@ def run(
         for seed in seeds:
             for model, var, case, profile, work, choices in setups:
                 runs = case["runs"]
-                for strategy, buckets in choices.items():
+                pair: list[dict[str, Any]] = []
+                for strategy in alternate(list(choices), seed):
+                    buckets = choices[strategy]
                     head = f"{case['model']} {case['profile']} seed {seed}"
                     key = (model, tuple(buckets or ()), seed)
                     earlier = tunes.get(key) if buckets else None
@@ -282,9 +303,21 @@ def run(
                         busy += f", stolen {steal:.2f} cores" if steal else ""
                         log(f"  mean {r['mean_sec'] * 1e6:.1f} us, buckets {r['buckets']}{busy}")
                     runs.append(r)
+                    pair.append(r)
                     case["summary"] = summarize(runs)
                     if save is not None:
                         save(data())
+                if on_pair is not None:
+                    on_pair(
+                        {
+                            "benchmark": "planner",
+                            "model": case["model"],
+                            "profile": case["profile"],
+                            "seed": seed,
+                            "order": [r["strategy"] for r in pair],
+                            "runs": pair,
+                        }
+                    )
     return data()
 
 
@@ -321,8 +354,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks planner", description=__doc__)
     parser.add_argument("--models", nargs="*", choices=list(WORKLOADS), default=list(WORKLOADS))
     parser.add_argument("--profiles", nargs="*", choices=PROFILES, default=list(PROFILES))
-    parser.add_argument("--trials", type=int, default=96)
-    parser.add_argument("--seeds", nargs="*", type=int, default=[0, 1, 2])
+    parser.add_argument("--trials", type=int, default=64)
+    parser.add_argument(
+        "--seeds",
+        nargs="*",
+        type=int,
+        default=[0, 1],
+        help="the seeds (with --resume: as many seeds, after the file's last)",
+    )
     parser.add_argument(
         "--stages", type=int, default=2, help="the planned jobs' --stages (1: no re-plan)"
     )
@@ -333,8 +372,13 @@ def main(argv: list[str] | None = None) -> int:
         default=list(STRATEGIES),
         help="which strategies to run (the planned one alone re-measures a planner change)",
     )
-    parser.add_argument("--out", type=Path, default=None, help="results JSON path")
+    add_pair_args(parser)
     args = parser.parse_args(argv)
+    if args.resume is not None:
+        # a later run of the same protocol, on any host: the file's settings, the next seeds
+        earlier = resume(parser, args, "planner")
+        first = max(p["seed"] for p in earlier) + 1
+        args.seeds = list(range(first, first + max(1, len(args.seeds))))
     if args.trials < 1 or args.stages < 1 or not args.seeds:
         parser.error(
             "--trials and --stages must be at least 1 and --seeds must name one seed or more"
@@ -342,9 +386,19 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or results_path("planner")
     out.parent.mkdir(parents=True, exist_ok=True)
     machine = machine_header()
+    pairs_path = args.resume or out.with_suffix(".pairs.jsonl")
+    header = pair_header()
+    settings = {key: getattr(args, key) for key in PROTOCOL}
+    print(f"pairs: {pairs_path} (each finished pair appended)")
 
     def save(data: dict[str, Any]) -> None:
-        body = {"machine": machine, "loadavg": list(os.getloadavg()), **data}
+        body = {
+            "machine": machine,
+            "commit": header["commit"],
+            "pairs": str(pairs_path),
+            "loadavg": list(os.getloadavg()),
+            **data,
+        }
         out.write_text(json.dumps(body, indent=2))
 
     # run saves after every run, the last included
@@ -356,6 +410,7 @@ def main(argv: list[str] | None = None) -> int:
         args.stages,
         save=save,
         strategies=tuple(args.strategies),
+        on_pair=lambda pair: append_pair(pairs_path, pair | header | {"settings": settings}),
     )
     print("\n".join(table_lines(data)))
     print(f"wrote {out}")

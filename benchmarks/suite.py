@@ -355,7 +355,7 @@ def sweep(
     import tvm
     from tvm import relax
 
-    from tuner.bench import compare_outputs, random_inputs
+    from tuner.bench.timing import compare_outputs, random_inputs
     from tuner.compile import compile
     from tuner.frontends.reference import flat_outputs
 

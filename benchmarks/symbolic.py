@@ -29,7 +29,7 @@ from rich.table import Table
 
 from benchmarks.common import machine_header, results_path
 from database import Storage, TuneFarmDatabase
-from tuner.bench import bench, sweep_values
+from tuner.bench.run import bench, sweep_values
 from tuner.cli.render import LiveProgress
 from tuner.fastimport import preload_tensor_intrin
 from tuner.job import TuneConfig, tune
@@ -55,7 +55,7 @@ def _time_kernel(func: tvm.tirx.PrimFunc, target: Any, args: list[Any]) -> float
 
 
 def _kernel_args(func: tvm.tirx.PrimFunc, m: int | None) -> list[Any]:
-    from tuner.bench import eval_dim
+    from tuner.bench.timing import eval_dim
 
     rng = np.random.default_rng(0)
     args: list[Any] = []

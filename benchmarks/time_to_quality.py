@@ -72,20 +72,34 @@ sooner), the wall time at which it reached 90% of the best latency of its own an
 only, against stock's time to the same level (head to head: a warm variant's history can set
 the first figure's bar where no cold run gets in stock's time), its final latency and wall
 time, the model
-latency of its final schedules re-timed after the seeds side by side with every other run's
-(one process, the same settings, interleaved: :func:`retime`; each job's own measurements
+latency of its final schedules re-timed right after its pair side by side with the pair's other
+runs (one process, the same settings, interleaved: :func:`retime`; each job's own measurements
 were taken under whatever load it ran with, and stock's runner is another process), as medians with
 their interquartile range over seeds, the ratios of medians to stock's, and one PNG of the
 median curve with its interquartile band per variant. A ratio whose runs spread by more than
 25% is marked noisy. Usage::
 
-    python -m benchmarks time-to-quality [--workloads mlp qkv transformer] [--seeds 5]
+    python -m benchmarks time-to-quality [--workloads mlp qkv transformer] [--seeds 4]
         [--trials-per-task 64] [--variants tunefarm tunefarm-warm stock [stock-long]]
-        [--budget wall]
-        [--history-trials-per-task 64] [--no-history-per-seed]
+        [--budget wall|trials]
+        [--history-trials-per-task 64] [--no-history-per-seed] [--resume PAIRS.jsonl]
     python -m benchmarks time-to-quality --summarize RESULTS.json [--report REPORT.md]
 
-``--budget trials`` (the default) gives every variant the same trials. ``--budget wall`` gives
+**Paired seeds.** Each seed is a pair: the variants of one seed run back to back, their order
+alternating from pair to pair (:func:`pair_order`: at a wall-time budget stock runs first,
+its wall time being the others' budget, and the TuneFarm variants alternate), then the pair's
+final schedules are re-timed side by side and the pair is appended, as one line, to the pairs
+file (``<results>.pairs.jsonl``, with the host, its CPU model and the git commit): a run killed
+midway keeps its finished pairs. ``--resume PAIRS.jsonl`` appends to an existing pairs file, on
+any host, with that file's protocol settings (:data:`PROTOCOL`) and the seeds after its last.
+``python -m benchmarks verdicts`` (:mod:`benchmarks.verdict`) judges the targets from the pairs,
+each pair compared only within itself. The defaults (``--workloads mlp --seeds 4 --budget wall
+--trials-per-task 64``) fit about an hour on a 2-core machine: a pair of the MLP is stock's
+64 trials a task (about 2.5 min), each TuneFarm variant as long, the warm run's history (two
+cold jobs) and the re-timing, 12-15 min in all. For QKV ``--seeds 8`` fits the hour; the
+transformer block takes ``--trials-per-task 8 --seeds 1`` (stock's run alone is 12 min).
+
+``--budget trials`` gives every variant the same trials. ``--budget wall`` (the default) gives
 every variant the same wall-clock time instead: in each seed stock runs first, with the
 trials; each TuneFarm variant then tunes with ``tune --time-budget`` set to that stock run's
 wall time, :data:`WALL_TRIALS_FACTOR` times the trials and the round size its trials run
@@ -93,8 +107,8 @@ would have (at most ``tuner.job.TIMED_ROUND_CAP``), so the final latencies compa
 wall time (a TuneFarm job ends a few
 seconds after its budget: it measures the range kernels the build uses).
 
-The results file is rewritten after every seed (summaries without the re-timing, marked
-``partial``), so a run cut off keeps what it measured.
+The results file (this run's pairs, summarized) is rewritten after every pair (marked
+``partial`` until the last).
 
 The report is a section of ``--report`` (``docs/performance.md`` by default, which ``make
 bench``'s suite writes first), between :data:`BEGIN` and :data:`END`: the rest of the file
@@ -117,6 +131,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import machine_header, results_path
+from benchmarks.verdict import add_pair_args, alternate, append_pair, next_seed, pair_header, resume
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKLOADS: dict[str, tuple[str, dict[str, list[int]]]] = {
@@ -199,6 +214,8 @@ WARM_VARIANTS = (
     "tunefarm-warm-noscreen",
     "tunefarm-warm-aware",
 )
+# the options a pairs file records and ``--resume`` continues with
+PROTOCOL = ("trials_per_task", "budget", "history_trials_per_task", "history_per_seed", "variants")
 LEVELS = (0.9, 0.95)
 BUDGETS = ("trials", "wall")
 WALL_TRIALS_FACTOR = 4  # --budget wall: TuneFarm's trial cap, times the trials stock runs
@@ -941,12 +958,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks time-to-quality")
     parser.add_argument("--workloads", nargs="+", default=["mlp"], choices=list(WORKLOADS))
     parser.add_argument("--variants", nargs="+", default=list(DEFAULT_VARIANTS), choices=VARIANTS)
-    parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--trials-per-task", type=int, default=16)
+    parser.add_argument(
+        "--seeds", type=int, default=4, help="pairs to run (seeds after --resume's last)"
+    )
+    parser.add_argument("--trials-per-task", type=int, default=64)
     parser.add_argument(
         "--budget",
         choices=BUDGETS,
-        default="trials",
+        default="wall",
         help="what every variant gets the same of: trials, or wall time (stock's, per seed)",
     )
     parser.add_argument(
@@ -969,7 +988,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="RESULTS",
         help="run nothing: summarize a results file's runs again (into it) and write the report",
     )
-    parser.add_argument("--out", type=Path, default=None, help="results JSON path")
+    add_pair_args(parser)
     parser.add_argument(
         "--report",
         type=Path,
@@ -979,11 +998,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def pair_order(variants: list[str], seed: int, budget: str) -> list[str]:
+    """The run order of seed ``seed``'s pair: ``variants`` alternating from pair to pair
+    (:func:`benchmarks.verdict.alternate`), except that stock runs first at a wall-time budget
+    (its wall time is the others') and ``stock-long`` last (it runs longest)."""
+    rest = [v for v in variants if v not in ("stock", "stock-long")]
+    if budget == "wall":
+        head = ["stock"] if "stock" in variants else []
+        order = head + alternate(rest, seed)
+    else:
+        order = alternate([v for v in variants if v != "stock-long"], seed)
+    return order + (["stock-long"] if "stock-long" in variants else [])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.summarize is not None:
         return resummarize(args.summarize, args.report)
+    earlier: list[dict[str, Any]] = []
+    if args.resume is not None:
+        # a later run of the same protocol, on any host: the file's settings, the next seeds
+        earlier = resume(parser, args, "time-to-quality")
     if args.history_trials_per_task is None:
         args.history_trials_per_task = args.trials_per_task
     if args.seeds < 1 or args.trials_per_task < 1 or args.history_trials_per_task < 1:
@@ -998,7 +1034,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from rich.console import Console
 
-    from tuner.bench import bench_threads
+    from tuner.bench.timing import bench_threads
     from tuner.job import TuneConfig
     from tuner.search.population import trials_per_round
     from tuner.targets import resolve_target
@@ -1011,6 +1047,10 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TVM_NUM_THREADS", str(bench_threads(target)))
     out_path = args.out or results_path("time-to-quality")
     out_path.parent.mkdir(parents=True, exist_ok=True)
+    pairs_path = args.resume or out_path.with_suffix(".pairs.jsonl")
+    header = pair_header()
+    settings = {key: getattr(args, key) for key in PROTOCOL}
+    console.print(f"pairs: {pairs_path} (each finished pair appended)")
     load_before = os.getloadavg()[0]
     results: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -1021,6 +1061,8 @@ def main(argv: list[str] | None = None) -> int:
         "history_trials_per_task": args.history_trials_per_task,
         "history_per_seed": args.history_per_seed,
         "budget": args.budget,
+        "commit": header["commit"],
+        "pairs": str(pairs_path),
         "workloads": {},
     }
     with tempfile.TemporaryDirectory(prefix="ttq-") as tmp_dir:
@@ -1034,19 +1076,22 @@ def main(argv: list[str] | None = None) -> int:
             history = None
             warm = any(v in WARM_VARIANTS for v in args.variants)
             runs: list[RunResult] = []
-            schedules: list[list[Any]] = []
             # the round size of a TuneFarm job of ``trials`` (TuneConfig's default cap): stock's
             # too, and a timed TuneFarm job's with more trials (--budget wall)
             per_iter = trials_per_round(TuneConfig.trials_per_iter, trials, n_tasks)
-            # seeds outermost, variants interleaved: drift in the machine hits every variant
-            for seed in range(args.seeds):
+            # seeds outermost, each seed a pair: its variants back to back, the order
+            # alternating from pair to pair, so that drift in the machine hits every variant
+            first = next_seed(earlier, {"workload": workload})
+            for seed in range(first, first + args.seeds):
                 # outside every variant's wall time: one for each seed, or seed 0's for all
                 if warm and (args.history_per_seed or history is None):
                     history = _history(
                         console, workload, target, args.history_trials_per_task, tmp, seed
                     )
                 stock_wall = None
-                for variant in args.variants:
+                pair_runs: list[RunResult] = []
+                pair_schedules: list[list[Any]] = []
+                for variant in pair_order(args.variants, seed, args.budget):
                     timed = args.budget == "wall" and not variant.startswith("stock")
                     # stock-long: stock's time to a level given as long as TuneFarm may search
                     run_trials = WALL_TRIALS_FACTOR * trials if variant == "stock-long" else trials
@@ -1103,18 +1148,32 @@ def main(argv: list[str] | None = None) -> int:
                         if run.final_sec
                         else f"  wall {run.wall_sec:.1f} s"
                     )
-                    runs.append(run)
-                    schedules.append(final)
-                # what the seeds so far measured, not yet re-timed: a run cut off keeps them
+                    pair_runs.append(run)
+                    pair_schedules.append(final)
+                # the pair's finals re-timed side by side, then the pair is on disk
+                console.print("  re-timing the pair's final schedules side by side")
+                retimed = retime(pair_schedules, weights, target)
+                pair_runs = [
+                    replace(r, retimed_sec=sec) for r, sec in zip(pair_runs, retimed, strict=True)
+                ]
+                runs += pair_runs
+                append_pair(
+                    pairs_path,
+                    {
+                        "benchmark": "time-to-quality",
+                        "workload": workload,
+                        "seed": seed,
+                        "order": [r.variant for r in pair_runs],
+                        **header,
+                        "settings": settings,
+                        "runs": [asdict(r) for r in pair_runs],
+                    },
+                )
+                # the summary of this run's pairs so far
                 results["workloads"][workload] = _workload_result(
                     workload, n_tasks, trials, history, runs, None
-                ) | {"partial": f"{seed + 1} of {args.seeds} seeds, not re-timed"}
+                ) | {"partial": f"{seed + 1 - first} of {args.seeds} pairs"}
                 out_path.write_text(_dumps(results))
-            console.print(f"[bold]{workload}[/bold]: re-timing the final schedules side by side")
-            runs = [
-                replace(r, retimed_sec=sec)
-                for r, sec in zip(runs, retime(schedules, weights, target), strict=True)
-            ]
             png = out_path.with_name(f"{out_path.stem}-{workload}.png")
             results["workloads"][workload] = _workload_result(
                 workload, n_tasks, trials, history, runs, png.name

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import update
+from sqlalchemy import text, update
 from sqlalchemy.orm import Session
 
 from database.jobs import insert_job
@@ -17,9 +17,12 @@ from database.records import (
     insert_generic_run,
     insert_record,
     record_values,
+    same_record,
     workload_row_id,
 )
 from database.storage import Storage
+
+BULK_LOCK = 0x7475_6E65_6661_726D  # "tunefarm": PostgreSQL advisory lock of bulk copies
 
 
 def add_many(
@@ -32,6 +35,11 @@ def add_many(
 ) -> int:
     """Store measurements with their workloads in ONE transaction; returns how many were new.
 
+    Idempotent by record identity: a measurement identical to a stored record (same workload,
+    target, candidate, trace, run times and arguments: :func:`same_record`), or to one earlier
+    in ``items``, is the same record and is skipped; another measurement of a stored candidate
+    is a record of its own.
+
     Used by import and merge: either everything lands or nothing does. ``job`` creates a
     job row that the records point to; ``copy_jobs`` copies other jobs (each with its
     ``old_id``), and records' ``job_id`` are mapped from the old ids to the copies;
@@ -40,6 +48,8 @@ def add_many(
     """
 
     def write(session: Session) -> int:
+        if storage.dialect == "postgresql":  # check-then-insert: one bulk copy at a time
+            session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": BULK_LOCK})
         import_job: int | None = None
         if job is not None:
             import_job = insert_job(session, job)
@@ -71,9 +81,9 @@ def add_many(
                 ids.put(m.workload, mod, wid)
             values = record_values(m, wid)
             values["job_id"] = import_job
-            rid = session.execute(insert_record(storage.dialect, values)).scalar()
-            if rid is None:
+            if session.execute(same_record(values)).first() is not None:
                 continue
+            rid = session.execute(insert_record(values)).scalar()
             added += 1
             if m.job_id is not None and copy_jobs is not None:
                 session.execute(

@@ -4,7 +4,7 @@ A record's ``candidate_hash`` is the structural hash of its workload scheduled b
 replaying the trace tells whether the record sits on the kernel it was measured on. TuneFarm
 before 2026-11-23 could put imported or merged records on the wrong workload; ``check`` finds
 them, and with ``fix`` moves each one back to the workload whose replay gives its candidate
-(or drops it where that workload already holds the same candidate). A record that matches no
+(or drops it where that workload already holds the same record). A record that matches no
 stored workload is quarantined: kept, with its run times, as a failed record of error kind
 ``misplaced``, so no lookup, search or cost model takes its time for this kernel's.
 """
@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 
 from database.models import RecordRow, WorkloadRow
-from database.records import candidate_hash_of_trace
+from database.records import candidate_hash_of_trace, same_record
 from database.storage import Storage
 
 
@@ -151,14 +151,10 @@ def check(
                 )
                 quarantined += 1
                 continue
-            twin = session.scalar(
-                select(RecordRow.id).where(
-                    RecordRow.workload_id == m.home,
-                    RecordRow.target_key == row.target_key,
-                    RecordRow.candidate_hash == row.candidate_hash,
-                )
-            )
-            if twin is not None:  # the right workload has it already: this copy is surplus
+            keys = ("target_key", "candidate_hash", "trace_json", "args_info_json")
+            values = {k: getattr(row, k) for k in (*keys, "run_secs_json")}
+            twin = session.scalar(same_record({**values, "workload_id": m.home}))
+            if twin is not None:  # the right workload has this record already: surplus
                 session.execute(delete(RecordRow).where(RecordRow.id == m.record_id))
                 deleted += 1
             else:

@@ -78,15 +78,21 @@ class JobRow(Base):
 
 
 class RecordRow(Base):
-    """One measured candidate schedule of a workload on a target (valid or failed)."""
+    """One timed run of a candidate schedule of a workload on a target (valid or failed).
+
+    Every commit is a record, as in stock MetaSchedule: a schedule (workload, target,
+    candidate hash) measured again (a confirmation, another job, a teammate's merge) has one
+    record per timed run, and its evidence pools them (:mod:`database.evidence`).
+    """
 
     __tablename__ = "tuning_records"
     __table_args__ = (
-        UniqueConstraint("workload_id", "target_key", "candidate_hash", name="uq_record_candidate"),
-        Index("ix_record_best", "workload_id", "target_key", "mean_sec"),
+        Index("ix_record_schedule", "workload_id", "target_key", "candidate_hash"),
+        Index("ix_record_best", "workload_id", "target_key", "median_sec"),
+        Index("ix_record_top_k", "workload_id", "target_key", "rank_sec"),
         Index("ix_record_candidate", "candidate_hash", "target_key"),
-        Index("ix_record_device", "workload_id", "device_key", "mean_sec"),
-        Index("ix_record_arch", "workload_id", "target_kind", "target_arch", "mean_sec"),
+        Index("ix_record_device", "workload_id", "device_key", "median_sec"),
+        Index("ix_record_arch", "workload_id", "target_kind", "target_arch", "median_sec"),
     )
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     workload_id: Mapped[int] = mapped_column(ForeignKey("workloads.id", ondelete="CASCADE"))
@@ -94,8 +100,14 @@ class RecordRow(Base):
     trace_json: Mapped[str] = mapped_column(Text)
     args_info_json: Mapped[str] = mapped_column(Text)
     run_secs_json: Mapped[str | None] = mapped_column(Text)
-    mean_sec: Mapped[float | None] = mapped_column(Float)
+    mean_sec: Mapped[float | None] = mapped_column(Float)  # None: failed (never chosen)
     std_sec: Mapped[float | None] = mapped_column(Float)
+    # the median of this record's run times (None when failed): the lower bound of its
+    # schedule's pooled median, so the best schedule is found from an index
+    median_sec: Mapped[float | None] = mapped_column(Float)
+    # stock MetaSchedule's sort key: the mean of the run times as committed (1e10 s stubs
+    # included), None where stock deems the record invalid; orders ``get_top_k``
+    rank_sec: Mapped[float | None] = mapped_column(Float)
     target_key: Mapped[str] = mapped_column(String(40))
     target_json: Mapped[str] = mapped_column(Text)
     target_kind: Mapped[str] = mapped_column(String(32), index=True)

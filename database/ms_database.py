@@ -12,21 +12,22 @@ from __future__ import annotations
 import json
 import logging
 import math
+import statistics
 from typing import Any
 
 import tvm
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, distinct, func, select
 from sqlalchemy.orm import Session
 from tvm.ir import IRModule
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord, Workload
 
+from database import evidence
+from database.evidence import Evidence
 from database.jobs import set_job_fields
 from database.models import EMPTY_TRACE, GenericRun, RecordRow, WorkloadRow
 from database.records import (
-    BEST_QUERIES,
     LOOKUP_LEVELS,
-    RANKED_QUERIES,
     BestRecord,
     Measurement,
     device_key,
@@ -34,6 +35,7 @@ from database.records import (
     insert_generic_run,
     insert_record,
     insert_records,
+    level_filters,
     record_values,
     same_workload,
     shash_of,
@@ -44,6 +46,13 @@ from database.storage import Storage
 from database.targets import TargetKey
 
 log = logging.getLogger("tunefarm.database")
+# one statement per lookup level, built once (see :func:`database.evidence.stream_query`)
+STREAM_QUERIES = {
+    level: evidence.stream_query(
+        level_filters(level, {k: bindparam(k) for k in ("tkey", "kind", "arch", "dkey")})
+    )
+    for level in LOOKUP_LEVELS
+}
 
 
 @derived_object
@@ -121,12 +130,13 @@ class TuneFarmDatabase(PyDatabase):
     def commit_tuning_record(self, record: TuningRecord) -> None:
         """Store a record as MetaSchedule's callbacks hand it over; never raises on its values.
 
-        Stock databases store whatever the runner returned. Here a run with no times or a
-        failed run (stock's 1e10 s) is stored as a ``run_error``, and times that are not
-        positive and finite (a runner that reported 0.0) as ``invalid_result``: kept and counted,
-        never chosen as a best.
+        Every commit is a record, as in stock: the same record committed twice is two. The run
+        times are stored as committed, and ``get_top_k`` ranks by them as stock does. For
+        TuneFarm's own best, a run with no times or a failed run (a 1e10 s stub) is a
+        ``run_error``, and times that are not positive and finite (a runner that reported
+        0.0) an ``invalid_result``: kept and counted, never chosen as a best.
         """
-        secs = [float(s) for s in record.run_secs] if record.run_secs else None
+        secs = [float(s) for s in record.run_secs] if record.run_secs is not None else None
         error_kind, error_msg = None, None
         if not secs or any(s >= 1e9 for s in secs):
             error_kind = "run_error"
@@ -135,24 +145,22 @@ class TuneFarmDatabase(PyDatabase):
         self.add(Measurement.from_record(record, error_kind=error_kind, error_msg=error_msg))
 
     def add(self, m: Measurement) -> bool:
-        """Store one measurement; False when that candidate was already stored."""
+        """Store one measurement as a record of its own (True once stored)."""
         wid = self.workload_id(m.workload.mod, create=True)
         assert wid is not None
-        stmt = insert_record(self.storage.dialect, record_values(m, wid))
+        stmt = insert_record(record_values(m, wid))
         return self.storage.run(lambda s: s.execute(stmt).scalar()) is not None
 
     def add_round(
         self, ms: list[Measurement], job: tuple[int, dict[str, Any]] | None = None
     ) -> int:
         """Store a measured round in ONE transaction, with ``job``'s (id, fields) progress
-        update when given; returns how many measurements were new.
+        update when given; returns how many records were stored.
 
         One commit a round instead of one a record: PostgreSQL sustains a few hundred
         single commits a second, which would cap the farm's throughput (docs/scaling.md).
         """
         wids = [self.workload_id(m.workload.mod, create=True) for m in ms]
-        dialect = self.storage.dialect
-
         groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
         for m, wid in zip(ms, wids, strict=True):
             values = record_values(m, wid)
@@ -160,8 +168,7 @@ class TuneFarmDatabase(PyDatabase):
 
         def write(session: Session) -> int:
             added = sum(
-                len(session.execute(insert_records(dialect), rows).all())
-                for rows in groups.values()
+                len(session.execute(insert_records(), rows).all()) for rows in groups.values()
             )
             if job is not None:
                 set_job_fields(session, job[0], job[1])
@@ -207,10 +214,11 @@ class TuneFarmDatabase(PyDatabase):
         wid = self.workload_id(workload.mod)
         if wid is None:
             return []
+        # stock's order: the mean of the run times as committed, valid records only, stable
         query = (
             select(RecordRow)
-            .where(RecordRow.workload_id == wid, RecordRow.mean_sec.is_not(None))
-            .order_by(RecordRow.mean_sec)
+            .where(RecordRow.workload_id == wid, RecordRow.rank_sec.is_not(None))
+            .order_by(RecordRow.rank_sec, RecordRow.id)
             .limit(top_k)
         )
         if self.scope is not None:
@@ -244,20 +252,25 @@ class TuneFarmDatabase(PyDatabase):
         return family_builds(self.storage, wid, self.scope.key, limit)
 
     def get_all_tuning_records(self) -> list[TuningRecord]:
+        """Every record in commit order, failed ones too (as stock); a record whose trace does
+        not replay on its workload is left out with a warning."""
+
         def load(session: Session) -> list[tuple[RecordRow, str]]:
             return list(
                 session.execute(
-                    select(RecordRow, WorkloadRow.mod_json)
-                    .join(WorkloadRow)
-                    .where(RecordRow.mean_sec.is_not(None))
-                    .order_by(RecordRow.id)
+                    select(RecordRow, WorkloadRow.mod_json).join(WorkloadRow).order_by(RecordRow.id)
                 ).tuples()
             )
 
         out = []
+        mods: dict[int, IRModule] = {}
         for row, mod_json in self.storage.run(load, write=False):
-            mod = tvm.ir.load_json(mod_json)
-            out.append(self._to_record(row, self._workload(row.workload_id, mod)))
+            if row.workload_id not in mods:
+                mods[row.workload_id] = tvm.ir.load_json(mod_json)
+            workload = self._workload(row.workload_id, mods[row.workload_id])
+            record = self._replayed(row.workload_id, row, workload)
+            if record is not None:
+                out.append(record)
         return out
 
     def __len__(self) -> int:
@@ -272,38 +285,49 @@ class TuneFarmDatabase(PyDatabase):
         target: tvm.target.Target,
         device: str | None = None,
         *,
-        unusable: frozenset[str] = frozenset(),
-    ) -> tuple[int, str, Any] | None:
-        """The row behind ``best``, unparsed: (workload id, level, row); rows whose trace is
-        in ``unusable`` are passed over."""
+        unusable: frozenset[tuple[str, str]] = frozenset(),
+    ) -> tuple[int, str, Any, Evidence] | None:
+        """The best schedule behind ``best``, unparsed: (workload id, level, its first record
+        (:data:`database.evidence.ROW_COLUMNS`), its evidence); schedules (target key,
+        candidate hash) in ``unusable`` are passed over."""
         wid = self.workload_id(mod)
         if wid is None:
             return None
         tkey = TargetKey.of(target)
-        params = {
-            "wid": wid,
-            "dkey": device_key(device or self.device),
-            "tkey": tkey.key,
-            "kind": tkey.kind,
-            "arch": tkey.arch,
-        }
+        dkey = device_key(device or self.device)
         levels = [
             level
             for level in LOOKUP_LEVELS
-            if not (level == "device" and params["dkey"] is None)
+            if not (level == "device" and dkey is None)
             and not (level == "arch" and tkey.arch is None)
         ]
 
-        def lookup(session: Session) -> tuple[str, Any] | None:
+        values = {"tkey": tkey.key, "kind": tkey.kind, "arch": tkey.arch, "dkey": dkey}
+
+        def lookup(session: Session) -> tuple[str, Any, Evidence] | None:
             conn = session.connection()
             for level in levels:
-                if not unusable:
-                    row = conn.execute(BEST_QUERIES[level], params).first()
-                else:
-                    rows = conn.execute(RANKED_QUERIES[level], params)
-                    row = next((r for r in rows if r.trace_json not in unusable), None)
-                if row is not None:
-                    return level, row
+                rows: dict[int, Any] = {}
+                bounded = (
+                    b
+                    for b in evidence.stream(
+                        conn, STREAM_QUERIES[level], {"wid": wid, **values}, rows
+                    )
+                    if b.schedule not in unusable
+                )
+                where = level_filters(level, values)
+                found = evidence.choose(
+                    bounded, lambda batch, w=where: evidence.samples(conn, wid, batch, w)
+                )
+                if found is not None:
+                    first = found[1].first_id
+                    row = (
+                        rows.get(first)
+                        or conn.execute(
+                            select(*evidence.ROW_COLUMNS).where(RecordRow.id == first)
+                        ).one()
+                    )
+                    return level, row, found[1]
             return None
 
         found = self.storage.run(lookup, write=False)
@@ -312,49 +336,49 @@ class TuneFarmDatabase(PyDatabase):
     def best(
         self, mod: IRModule, target: tvm.target.Target, device: str | None = None
     ) -> BestRecord | None:
-        """The best valid record of ``mod`` for ``target``, with its lookup level.
+        """The best schedule of ``mod`` for ``target``, with its lookup level and evidence.
 
+        The best is the schedule with the lowest median of the run times of all its records
+        (:mod:`database.evidence`); its record carries its trace and those pooled run times.
         Levels (``LOOKUP_LEVELS``), most specific first: ``device`` (same target measured on a
         device with the same fingerprint, default ``self.device``), ``target`` (same target),
-        ``arch`` (same kind and architecture), ``kind`` (same target kind). Each level is one
-        indexed query; records of another target kind are never used.
+        ``arch`` (same kind and architecture), ``kind`` (same target kind). Each level reads
+        the records of ``mod`` in median order from one index; records of another target kind
+        are never used.
 
         A record whose trace does not apply to ``mod`` (a database damaged by an import or
         merge before 2026-11-23: ``tunefarm db check --fix`` repairs it) is passed over with a
-        warning, so a build falls back to the next record instead of failing.
+        warning, so a build falls back to the next schedule instead of failing.
         """
-        unusable: frozenset[str] = frozenset()
+        unusable: frozenset[tuple[str, str]] = frozenset()
         while True:
             found = self.best_row(mod, target, device, unusable=unusable)
             if found is None:
                 return None
-            wid, level, row = found
-            record = self._usable_record(wid, mod, row)
+            wid, level, row, ev = found
+            record = self._usable_record(wid, mod, row, ev)
             if record is not None:
-                return BestRecord(record, level, row.mean_sec)
-            unusable = unusable | {row.trace_json}
+                return BestRecord(record, level, ev.mean, ev)
+            unusable = unusable | {(row.target_key, row.candidate_hash)}
 
-    def _usable_record(self, wid: int, mod: IRModule, row: Any) -> TuningRecord | None:
-        """The record of ``row``, or None when its trace does not apply to ``mod``."""
+    def _usable_record(
+        self, wid: int, mod: IRModule, row: Any, ev: Evidence
+    ) -> TuningRecord | None:
+        """The record of ``row`` with the pooled run times of ``ev``'s schedule, or None when
+        its trace does not apply to ``mod``."""
         key = (wid, row.trace_json)
         if self._unusable.get(key):
             return None
         try:
-            record = TuningRecord.from_json(
-                [
-                    json.loads(row.trace_json),
-                    json.loads(row.run_secs_json) if row.run_secs_json else None,
-                    json.loads(row.target_json),
-                    json.loads(row.args_info_json),
-                ],
-                self._workload(wid, mod),
-            )
+            record = self._to_record(row, self._workload(wid, mod))
             if key not in self._unusable:
                 record.trace.apply_to_schedule(tvm.s_tir.Schedule(mod), remove_postproc=False)
                 self._unusable[key] = False
-            return record
         except Exception as err:  # TVM's InternalError/ValueError for a foreign trace
             return self._skip(key, err)
+        return TuningRecord(
+            record.trace, record.workload, list(ev.secs), record.target, record.args_info
+        )
 
     def generic_sec(
         self, family_shash: str, bucket: dict[str, int], target: tvm.target.Target
@@ -386,20 +410,25 @@ class TuneFarmDatabase(PyDatabase):
         return self.storage.run(lambda s: insert_generic_run(s, values)) > 0
 
     def default_schedule_sec(self, mod: IRModule, target: tvm.target.Target) -> float | None:
-        """Measured time of ``mod``'s untuned default schedule (an empty trace) on ``target``."""
+        """Measured time of ``mod``'s untuned default schedule (an empty trace) on ``target``:
+        the mean of the run times of all its records."""
         wid = self.workload_id(mod)
         if wid is None:
             return None
-        query = select(func.min(RecordRow.mean_sec)).where(
-            RecordRow.workload_id == wid,
+        where = [
             RecordRow.target_key == TargetKey.of(target).key,
             RecordRow.trace_json == EMPTY_TRACE,
+        ]
+        found = self.storage.run(
+            lambda s: evidence.best_of(s.connection(), wid, where), write=False
         )
-        return self.storage.run(lambda s: s.scalar(query), write=False)
+        return found[1].mean if found is not None else None
 
     def query_tuning_record(
         self, mod: IRModule, target: tvm.target.Target, workload_name: str | None = None
     ) -> TuningRecord | None:
+        """TuneFarm's best (:meth:`best`): target-aware, by the pooled median; stock takes
+        ``get_top_k(workload, 1)``, whatever the target (docs/database.md)."""
         found = self.best(mod, target)
         return found[0] if found else None
 
@@ -424,26 +453,44 @@ class TuneFarmDatabase(PyDatabase):
     # ---------------------------------------------------------------- measured set
     def measured(self, hashes: list[str], target: tvm.target.Target) -> dict[str, RecordRow]:
         """The stored measurements of candidates on this exact target, by candidate hash (one
-        query for a round; hashes never measured are absent)."""
+        query for a round; hashes never measured are absent): a candidate measured in several
+        records is one row holding the run times of all its valid records (its first failed
+        record when none is valid)."""
         if not hashes:
             return {}
         tkey = TargetKey.of(target)
         query = select(RecordRow).where(
             RecordRow.candidate_hash.in_(sorted(set(hashes))), RecordRow.target_key == tkey.key
         )
-        rows = self.storage.run(lambda s: list(s.scalars(query)), write=False)
+        rows = self.storage.run(
+            lambda s: list(s.scalars(query.order_by(RecordRow.id))), write=False
+        )
+        pooled: dict[str, list[float]] = {}
         out: dict[str, RecordRow] = {}
         for row in rows:
-            out.setdefault(row.candidate_hash, row)
+            if row.mean_sec is not None:
+                pooled.setdefault(row.candidate_hash, []).extend(json.loads(row.run_secs_json))
+            first = out.get(row.candidate_hash)
+            if first is None or (first.mean_sec is None and row.mean_sec is not None):
+                out[row.candidate_hash] = row
+        for cand, secs in pooled.items():
+            row = out[cand]
+            out[cand] = RecordRow(
+                **{c: getattr(row, c) for c in ("id", "workload_id", "candidate_hash", "device")},
+                run_secs_json=json.dumps(secs),
+                mean_sec=statistics.fmean(secs),
+                median_sec=statistics.median(secs),
+            )
         return out
 
     def count_records(self, mod: IRModule, target: tvm.target.Target) -> int:
-        """How many candidates of ``mod`` were measured (valid or failed) on ``target``."""
+        """How many candidates of ``mod`` were measured (valid or failed) on ``target``: a
+        candidate measured in several records counts once."""
         wid = self.workload_id(mod)
         if wid is None:
             return 0
         tkey = TargetKey.of(target)
-        query = select(func.count(RecordRow.id)).where(
+        query = select(func.count(distinct(RecordRow.candidate_hash))).where(
             RecordRow.workload_id == wid, RecordRow.target_key == tkey.key
         )
         return int(self.storage.run(lambda s: s.scalar(query), write=False) or 0)

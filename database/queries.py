@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
+import statistics
 from typing import Any, NamedTuple
 
 from sqlalchemy import distinct, func, select
 
+from database import evidence
 from database.models import JobRow, RecordRow, WorkloadRow
 from database.storage import Storage
 
 
 def stats(storage: Storage) -> dict[str, Any]:
-    """Counts of workloads, records (valid and failed), jobs and targets."""
+    """Counts of workloads, records (valid and failed), schedules (distinct candidates per
+    workload and target: a schedule measured again has several records), jobs and targets."""
 
     def count(session: Any) -> dict[str, Any]:
         records = session.scalar(select(func.count(RecordRow.id))) or 0
@@ -20,12 +23,18 @@ def stats(storage: Storage) -> dict[str, Any]:
             session.scalar(select(func.count(RecordRow.id)).where(RecordRow.mean_sec.is_not(None)))
             or 0
         )
+        schedules = (
+            select(RecordRow.workload_id, RecordRow.target_key, RecordRow.candidate_hash)
+            .distinct()
+            .subquery()
+        )
         kinds = session.execute(
             select(RecordRow.target_kind, func.count(RecordRow.id)).group_by(RecordRow.target_kind)
         ).all()
         return {
             "workloads": int(session.scalar(select(func.count(WorkloadRow.id))) or 0),
             "records": int(records),
+            "schedules": int(session.scalar(select(func.count()).select_from(schedules)) or 0),
             "valid_records": int(valid),
             "failed_records": int(records - valid),
             "jobs": int(session.scalar(select(func.count(JobRow.id))) or 0),
@@ -37,7 +46,8 @@ def stats(storage: Storage) -> dict[str, Any]:
 
 
 def list_workloads(storage: Storage, *, task: str | None = None) -> list[dict[str, Any]]:
-    """One row per workload: task, bucket, record counts and the fastest valid time."""
+    """One row per workload: task, bucket, record counts and its best time (the pooled
+    median of its best schedule, of the fastest target)."""
 
     def load(session: Any) -> list[dict[str, Any]]:
         valid = func.count(RecordRow.mean_sec)
@@ -58,6 +68,13 @@ def list_workloads(storage: Storage, *, task: str | None = None) -> list[dict[st
         )
         if task:
             query = query.where(WorkloadRow.task_name.contains(task))
+        rows = list(session.execute(query))
+        where = [RecordRow.workload_id.in_([r[0] for r in rows])] if task else []
+        best: dict[int, float] = {}
+        for (wid, _tkey), (_cand, ev) in evidence.best_per_partition(
+            session.connection(), where=where
+        ).items():
+            best[wid] = min(best.get(wid, ev.median), ev.median)
         return [
             {
                 "id": wid,
@@ -66,10 +83,10 @@ def list_workloads(storage: Storage, *, task: str | None = None) -> list[dict[st
                 "flops": flops,
                 "records": int(n),
                 "valid": int(nv),
-                "best_sec": best,
+                "best_sec": best.get(wid),
                 "targets": int(nt),
             }
-            for wid, name, bucket, flops, n, nv, best, nt in session.execute(query)
+            for wid, name, bucket, flops, n, nv, _lowest, nt in rows
         ]
 
     return storage.run(load, write=False)
@@ -78,41 +95,41 @@ def list_workloads(storage: Storage, *, task: str | None = None) -> list[dict[st
 def best_records(
     storage: Storage, *, target_kind: str | None = None, task: str | None = None
 ) -> list[dict[str, Any]]:
-    """The best valid record per (workload, target), with its provenance."""
-    from database.sharing import ranked_records
+    """The best schedule per (workload, target) (:mod:`database.evidence`), with the
+    provenance of its first record and its evidence: ``runs`` (timed runs pooled),
+    ``samples``, ``median`` (seconds), ``spread`` (IQR / median) and ``confirmed``."""
 
     def load(session: Any) -> list[dict[str, Any]]:
-        ranked = ranked_records().subquery()
-        query = (
-            select(RecordRow, WorkloadRow.task_name, WorkloadRow.bucket_json, WorkloadRow.flops)
-            .join(WorkloadRow)
-            .join(ranked, ranked.c.id == RecordRow.id)
-            .where(ranked.c.rank == 1)
-            .order_by(WorkloadRow.id, RecordRow.target_kind)
-        )
+        where = []
         if target_kind:
-            query = query.where(RecordRow.target_kind == target_kind)
+            where.append(RecordRow.target_kind == target_kind)
         if task:
-            query = query.where(WorkloadRow.task_name.contains(task))
+            names = select(WorkloadRow.id).where(WorkloadRow.task_name.contains(task))
+            where.append(RecordRow.workload_id.in_(names))
+        best = evidence.best_per_partition(session.connection(), where=where)
         out = []
-        for row, name, bucket, flops in session.execute(query).tuples():
+        for _part, (_cand, ev) in sorted(best.items()):
+            row = session.get(RecordRow, ev.first_id)
+            wl = session.get(WorkloadRow, row.workload_id)
             out.append(
                 {
                     "workload_id": row.workload_id,
-                    "task": name,
-                    "bucket": json.loads(bucket) if bucket else None,
+                    "task": wl.task_name,
+                    "bucket": json.loads(wl.bucket_json) if wl.bucket_json else None,
                     "target_kind": row.target_kind,
                     "target_arch": row.target_arch,
                     "target": json.loads(row.target_json),
                     "device": row.device,
                     "worker": row.worker,
                     "job_id": row.job_id,
-                    "mean_sec": row.mean_sec,
-                    "std_sec": row.std_sec,
-                    "gflops": flops / row.mean_sec / 1e9 if flops and row.mean_sec else None,
+                    "mean_sec": ev.mean,
+                    "std_sec": statistics.pstdev(ev.secs),
+                    **ev.to_dict(),
+                    "gflops": wl.flops / ev.median / 1e9 if wl.flops and ev.median else None,
                     "created_at": row.created_at.isoformat() if row.created_at else None,
                 }
             )
+        out.sort(key=lambda r: (r["workload_id"], r["target_kind"]))
         return out
 
     return storage.run(load, write=False)

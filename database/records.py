@@ -16,12 +16,12 @@ from typing import Any, NamedTuple
 
 import tvm
 import tvm_ffi
-from sqlalchemy import bindparam, select, text
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import insert, select, text
 from sqlalchemy.orm import Session
 from tvm.ir import IRModule
 from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 
+from database.evidence import Evidence
 from database.models import GenericRun, RecordRow, WorkloadRow
 from database.targets import TargetKey
 
@@ -30,13 +30,26 @@ from database.targets import TargetKey
 LOOKUP_LEVELS = ("device", "target", "arch", "kind")
 
 
-class BestRecord(NamedTuple):
-    """What :meth:`TuneFarmDatabase.best` found: the record, the lookup level that found it
-    (one of ``LOOKUP_LEVELS``) and its mean run time in seconds."""
-
+class _Found(NamedTuple):
     record: TuningRecord
     level: str
     mean_sec: float
+
+
+class BestRecord(_Found):
+    """What :meth:`TuneFarmDatabase.best` found: ``(record, level, mean_sec)`` (the best
+    schedule's record, its trace with the run times of all its records pooled; the lookup
+    level that found it, one of ``LOOKUP_LEVELS``; the mean of its pooled run times in
+    seconds) and, as an attribute, its ``evidence``."""
+
+    evidence: Evidence
+
+    def __new__(
+        cls, record: TuningRecord, level: str, mean_sec: float, evidence: Evidence
+    ) -> BestRecord:
+        self = super().__new__(cls, record, level, mean_sec)
+        self.evidence = evidence
+        return self
 
 
 def shash_of(obj: Any) -> str:
@@ -82,7 +95,7 @@ class Measurement:
     candidate_hash: str
     trace_json: Any
     args_info_json: Any
-    run_secs: list[float] | None
+    run_secs: list[float] | None  # as measured; a failed one's are kept, never used as times
     target: tvm.target.Target
     error_kind: str | None = None
     error_msg: str | None = None
@@ -112,14 +125,14 @@ class Measurement:
         on the workload, ``run_secs`` (default: the record's) unless it failed
         (``error_kind``)."""
         trace, _, _, args_info = record.as_json()
-        if run_secs is None and record.run_secs:
+        if run_secs is None and record.run_secs is not None:
             run_secs = [float(s) for s in record.run_secs]
         return cls(
             workload=record.workload,
             candidate_hash=candidate_hash_of_trace(record.trace, record.workload.mod),
             trace_json=trace,
             args_info_json=args_info,
-            run_secs=run_secs if error_kind is None else None,
+            run_secs=run_secs,
             target=record.target,
             error_kind=error_kind,
             error_msg=error_msg,
@@ -226,6 +239,33 @@ def workload_row_id(
     return row.id
 
 
+STOCK_FAILED_SEC = 1e10  # stock MetaSchedule's stub for a run with no time
+
+
+def schedule_instructions(trace_json: Any) -> int:
+    """How many instructions of a trace (its JSON form) come before its postprocessing: stock
+    MetaSchedule deems a record without any (the untuned default) invalid."""
+    insts = trace_json[0] if isinstance(trace_json, list) and trace_json else []
+    count = 0
+    for inst in insts:
+        if isinstance(inst, list) and inst and inst[0] == "EnterPostproc":
+            break
+        count += 1
+    return count
+
+
+def stock_rank_sec(trace_json: Any, secs: list[float] | None) -> float | None:
+    """Stock MetaSchedule's sort key of a record: the mean of its run times as committed
+    (1e10 s stubs included); None for a record stock deems invalid (no run time other than
+    the stub, or no schedule instruction), which its ``get_top_k`` never returns."""
+    if not secs or all(s == STOCK_FAILED_SEC for s in secs):
+        return None
+    mean = statistics.fmean(secs)
+    if not math.isfinite(mean) or not schedule_instructions(trace_json):
+        return None
+    return mean
+
+
 def record_values(m: Measurement, wid: int) -> dict[str, Any]:
     """The column values of a measurement's record row."""
     tkey = TargetKey.of(m.target)
@@ -235,9 +275,11 @@ def record_values(m: Measurement, wid: int) -> dict[str, Any]:
         "candidate_hash": m.candidate_hash,
         "trace_json": json.dumps(m.trace_json),
         "args_info_json": json.dumps(m.args_info_json),
-        "run_secs_json": json.dumps(secs) if secs else None,
+        "run_secs_json": json.dumps(m.run_secs) if m.run_secs is not None else None,
         "mean_sec": statistics.fmean(secs) if secs else None,
         "std_sec": statistics.pstdev(secs) if secs else None,
+        "median_sec": statistics.median(secs) if secs else None,
+        "rank_sec": stock_rank_sec(m.trace_json, m.run_secs),
         "target_key": tkey.key,
         "target_json": tkey.json,
         "target_kind": tkey.kind,
@@ -253,35 +295,17 @@ def record_values(m: Measurement, wid: int) -> dict[str, Any]:
     }
 
 
-def _best_queries(limit: int | None = 1) -> dict[str, Any]:
-    """One prepared statement per lookup level, each served by one index."""
-    cols = (
-        RecordRow.trace_json,
-        RecordRow.run_secs_json,
-        RecordRow.target_json,
-        RecordRow.args_info_json,
-        RecordRow.mean_sec,
-    )
-    base = (
-        select(*cols)
-        .where(RecordRow.workload_id == bindparam("wid"), RecordRow.mean_sec.is_not(None))
-        .order_by(RecordRow.mean_sec, RecordRow.id)
-        .limit(limit)
-    )
-    return {
-        "device": base.where(
-            RecordRow.device_key == bindparam("dkey"), RecordRow.target_key == bindparam("tkey")
-        ),
-        "target": base.where(RecordRow.target_key == bindparam("tkey")),
-        "arch": base.where(
-            RecordRow.target_kind == bindparam("kind"), RecordRow.target_arch == bindparam("arch")
-        ),
-        "kind": base.where(RecordRow.target_kind == bindparam("kind")),
-    }
-
-
-BEST_QUERIES = _best_queries()
-RANKED_QUERIES = _best_queries(limit=None)  # every valid record, when the best cannot serve
+def level_filters(level: str, values: dict[str, Any]) -> list[Any]:
+    """The filter of one lookup level on records of a workload (each served by one index
+    with the median last); ``values``: ``tkey``, ``kind``, ``arch``, ``dkey`` (values or
+    bound parameters)."""
+    if level == "device":
+        return [RecordRow.device_key == values["dkey"], RecordRow.target_key == values["tkey"]]
+    if level == "target":
+        return [RecordRow.target_key == values["tkey"]]
+    if level == "arch":
+        return [RecordRow.target_kind == values["kind"], RecordRow.target_arch == values["arch"]]
+    return [RecordRow.target_kind == values["kind"]]
 
 
 def candidate_hash_of_trace(trace: tvm.s_tir.Trace, mod: IRModule) -> str:
@@ -298,21 +322,34 @@ def _flops(mod: IRModule) -> float | None:
         return None
 
 
-def insert_records(dialect: str) -> Any:
+def insert_records() -> Any:
     """An insert of record rows (values given at execution, one dict per row; executed with
-    many, one statement per batch) that skips a candidate already stored (same workload,
-    target and candidate hash) and returns the new rows' ids."""
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    many, one statement per batch) returning the new rows' ids. Every commit is a record: a
+    candidate measured again gets a record of its own (its schedule's evidence pools them)."""
+    return insert(RecordRow).returning(RecordRow.id)
+
+
+def insert_record(values: dict[str, Any]) -> Any:
+    """:func:`insert_records` of one row: its id."""
+    return insert_records().values(**values)
+
+
+def same_record(values: dict[str, Any]) -> Any:
+    """A query for a stored record identical to ``values``: the same workload, target,
+    candidate, trace, run times and arguments (how import and merge stay idempotent)."""
+    secs = values["run_secs_json"]
     return (
-        insert(RecordRow)
-        .on_conflict_do_nothing(index_elements=["workload_id", "target_key", "candidate_hash"])
-        .returning(RecordRow.id)
+        select(RecordRow.id)
+        .where(
+            RecordRow.workload_id == values["workload_id"],
+            RecordRow.target_key == values["target_key"],
+            RecordRow.candidate_hash == values["candidate_hash"],
+            RecordRow.trace_json == values["trace_json"],
+            RecordRow.args_info_json == values["args_info_json"],
+            RecordRow.run_secs_json.is_(None) if secs is None else RecordRow.run_secs_json == secs,
+        )
+        .limit(1)
     )
-
-
-def insert_record(dialect: str, values: dict[str, Any]) -> Any:
-    """:func:`insert_records` of one row: its id, or None when it was already stored."""
-    return insert_records(dialect).values(**values)
 
 
 def generic_run_values(

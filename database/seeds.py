@@ -34,13 +34,13 @@ def sibling_seeds(
         me = session.get(WorkloadRow, wid)
         if me is None or me.family_shash is None or me.bucket_json is None:
             return None, []
-        best = (
+        # one row per schedule (its records pooled by their mean: a confirmation or a
+        # re-measurement is another record of the same schedule, never another seed)
+        schedules = (
             select(
                 RecordRow.workload_id,
-                RecordRow.trace_json,
-                func.row_number()
-                .over(partition_by=RecordRow.workload_id, order_by=RecordRow.mean_sec)
-                .label("rank"),
+                func.min(RecordRow.trace_json).label("trace_json"),
+                func.avg(RecordRow.mean_sec).label("sec"),
             )
             .join(WorkloadRow, WorkloadRow.id == RecordRow.workload_id)
             .where(
@@ -50,8 +50,16 @@ def sibling_seeds(
                 RecordRow.target_key == target_key,
                 RecordRow.trace_json != EMPTY_TRACE,  # the untuned default: measured anyway
             )
+            .group_by(RecordRow.workload_id, RecordRow.candidate_hash)
             .subquery()
         )
+        best = select(
+            schedules.c.workload_id,
+            schedules.c.trace_json,
+            func.row_number()
+            .over(partition_by=schedules.c.workload_id, order_by=schedules.c.sec)
+            .label("rank"),
+        ).subquery()
         query = (
             select(WorkloadRow.bucket_json, WorkloadRow.mod_json, best.c.trace_json)
             .join(best, best.c.workload_id == WorkloadRow.id)

@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import tvm
-from sqlalchemy import Select, delete, func, select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 
+from database import evidence
 from database.bulk import add_many
 from database.errors import DatabaseError, error_summary
 from database.models import GenericRun, JobRow, MetaRow, RecordRow, WorkloadRow, utcnow
@@ -52,19 +53,15 @@ class CopySummary:
         return {"workloads": self.workloads, "records": self.records, "added": self.added}
 
 
-def ranked_records(*, per_device: bool = False) -> Select[Any]:
-    """Valid records with their rank (1 = fastest) per (workload, target[, device])."""
-    keys = [RecordRow.workload_id, RecordRow.target_key]
-    if per_device:
-        keys.append(RecordRow.device_key)
-    rank = func.row_number().over(partition_by=keys, order_by=RecordRow.mean_sec)
-    return select(RecordRow.id, rank.label("rank")).where(RecordRow.mean_sec.is_not(None))
-
-
 def best_record_ids(session: Session) -> list[int]:
-    """Ids of the best valid record per (workload, target)."""
-    ranked = ranked_records().subquery()
-    return list(session.scalars(select(ranked.c.id).where(ranked.c.rank == 1)))
+    """Ids of the valid records of the best schedule (:mod:`database.evidence`) per
+    (workload, target): all its records, so a copy keeps its evidence."""
+    conn = session.connection()
+    ids: list[int] = []
+    for (wid, tkey), (cand, _ev) in evidence.best_per_partition(conn).items():
+        runs = evidence.samples(conn, wid, [(tkey, cand)])
+        ids += [rid for rid, _ in runs.get((tkey, cand), [])]
+    return sorted(ids)
 
 
 def _stream(
@@ -453,6 +450,52 @@ def _columns(model: type) -> list[str]:
 
 
 # ------------------------------------------------------------------ pruning
+ScheduleKey = tuple[int, str, str | None, str]  # workload, target key, device key, candidate
+
+
+def _valid_records(conn: Any) -> list[tuple[int, ScheduleKey, list[float], Any]]:
+    """(id, schedule per device, run times, created at) of every valid record."""
+    rows = conn.execute(
+        select(
+            RecordRow.id,
+            RecordRow.workload_id,
+            RecordRow.target_key,
+            RecordRow.device_key,
+            RecordRow.candidate_hash,
+            RecordRow.run_secs_json,
+            RecordRow.created_at,
+        ).where(RecordRow.mean_sec.is_not(None))
+    ).all()
+    return [(r[0], (r[1], r[2], r[3], r[4]), json.loads(r[5]), r[6]) for r in rows]
+
+
+def _schedule_ranks(
+    records: list[tuple[int, ScheduleKey, list[float], Any]],
+) -> dict[ScheduleKey, int]:
+    """Each schedule's rank (1 = the best by its evidence, :mod:`database.evidence`) per
+    (workload, target, device)."""
+    runs: dict[ScheduleKey, list[tuple[int, list[float]]]] = {}
+    for rid, key, secs, _created in records:
+        runs.setdefault(key, []).append((rid, secs))
+    parts: dict[tuple[Any, ...], list[tuple[tuple[float, int, int], ScheduleKey]]] = {}
+    for key, pooled in runs.items():
+        parts.setdefault(key[:3], []).append((evidence.Evidence.pool(pooled).key(), key))
+    ranks: dict[ScheduleKey, int] = {}
+    for items in parts.values():
+        for rank, (_, key) in enumerate(sorted(items), 1):
+            ranks[key] = rank
+    return ranks
+
+
+def _naive(when: dt.datetime) -> dt.datetime:
+    """A UTC time without its zone (SQLite returns stored times naive)."""
+    return (
+        when.replace(tzinfo=None)
+        if when.tzinfo is None
+        else when.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    )
+
+
 MAX_KEEP_TOP = 1_000_000_000  # fits every database's integers
 MAX_AGE_DAYS = 36_500  # a hundred years; far older cutoffs overflow a datetime
 
@@ -478,9 +521,10 @@ def prune(
     older_than_days: float | None = None,
     dry_run: bool = False,
 ) -> PrunePlan:
-    """Delete failed records, records beyond the best ``keep_top`` per (workload, target,
-    device), and/or valid records older than some days that are not such a best. The best
-    record of every (workload, target, device) is always kept."""
+    """Delete failed records, the records of schedules beyond the best ``keep_top`` per
+    (workload, target, device), and/or valid records older than some days that are not of
+    such a best. Every record of the best schedule of each (workload, target, device)
+    (:mod:`database.evidence`) is always kept."""
     if keep_top is not None and not 1 <= keep_top <= MAX_KEEP_TOP:
         raise DatabaseError(f"--keep-top must be between 1 and {MAX_KEEP_TOP} (got {keep_top})")
     if older_than_days is not None and not (
@@ -492,28 +536,24 @@ def prune(
         )
 
     def work(session: Session) -> PrunePlan:
-        ranked = ranked_records(per_device=True).subquery()
         failed_ids = (
             list(session.scalars(select(RecordRow.id).where(RecordRow.mean_sec.is_(None))))
             if failed
             else []
         )
-        top_ids = (
-            list(session.scalars(select(ranked.c.id).where(ranked.c.rank > keep_top)))
-            if keep_top is not None
-            else []
-        )
+        top_ids: list[int] = []
         old_ids: list[int] = []
-        if older_than_days is not None:
-            cutoff = utcnow() - dt.timedelta(days=older_than_days)
-            old_ids = list(
-                session.scalars(
-                    select(RecordRow.id)
-                    .join(ranked, ranked.c.id == RecordRow.id)
-                    .where(ranked.c.rank > 1, RecordRow.created_at < cutoff)
-                )
-            )
-            old_ids = sorted(set(old_ids) - set(top_ids))
+        if keep_top is not None or older_than_days is not None:
+            records = _valid_records(session.connection())
+            ranks = _schedule_ranks(records)
+            cutoff = _naive(utcnow() - dt.timedelta(days=older_than_days or 0))
+            for rid, key, _secs, created in records:
+                if ranks[key] == 1:
+                    continue  # every run of the best schedule stays
+                if keep_top is not None and ranks[key] > keep_top:
+                    top_ids.append(rid)
+                elif older_than_days is not None and _naive(created) < cutoff:
+                    old_ids.append(rid)
         plan = PrunePlan(failed=len(failed_ids), beyond_top=len(top_ids), older=len(old_ids))
         if not dry_run:
             ids = failed_ids + top_ids + old_ids

@@ -18,13 +18,27 @@ from sqlalchemy.orm import Session, sessionmaker
 from database.errors import DatabaseError, error_summary
 
 DEFAULT_URL = "sqlite:///tunefarm.db"
+ENV_VAR = "TUNEFARM_DB"
 SUPPORTED_DIALECTS = ("sqlite", "postgresql")
 T = TypeVar("T")
 
 
 def default_url() -> str:
     """The database URL used when none is given: ``$TUNEFARM_DB`` or a SQLite file here."""
-    return os.environ.get("TUNEFARM_DB") or DEFAULT_URL
+    return os.environ.get(ENV_VAR) or DEFAULT_URL
+
+
+def _origin(from_env: bool) -> str:
+    """Where a URL came from, for errors: nothing for an argument, the variable for
+    ``$TUNEFARM_DB``."""
+    return f" (the URL comes from ${ENV_VAR})" if from_env else ""
+
+
+def _give_url(from_env: bool) -> str:
+    """How to give another URL, for errors."""
+    if from_env:
+        return f"set {ENV_VAR} to such a URL, or unset it to use {DEFAULT_URL}"
+    return "give --db such a URL"
 
 
 def redact(url: str | URL) -> str:
@@ -35,20 +49,22 @@ def redact(url: str | URL) -> str:
         return "<unparseable database URL>"
 
 
-def parse_url(url: str) -> URL:
-    """Parse and validate a SQLAlchemy URL; one-line error for anything we cannot serve."""
+def parse_url(url: str, *, from_env: bool = False) -> URL:
+    """Parse and validate a SQLAlchemy URL; one-line error for anything we cannot serve, with
+    its cause and its fix (``from_env``: the URL came from ``$TUNEFARM_DB``)."""
     try:
         parsed = make_url(url)
     except ArgumentError:
         raise DatabaseError(
-            f"not a database URL: {url!r} (expected e.g. sqlite:///tunefarm.db or "
-            "postgresql://user@host/db)"
+            f"not a database URL: {url!r}{_origin(from_env)}: expected e.g. "
+            f"sqlite:///tunefarm.db or postgresql://user@host/db; {_give_url(from_env)}"
         ) from None
     dialect = parsed.get_backend_name()
     if dialect not in SUPPORTED_DIALECTS:
         raise DatabaseError(
-            f"unsupported database scheme {parsed.drivername!r} in {redact(parsed)}; "
-            f"valid: {', '.join(SUPPORTED_DIALECTS)}"
+            f"unsupported database scheme {parsed.drivername!r} in {redact(parsed)}"
+            f"{_origin(from_env)}: valid: {', '.join(SUPPORTED_DIALECTS)}; "
+            f"{_give_url(from_env)}"
         )
     if dialect == "postgresql" and parsed.drivername == "postgresql":
         parsed = parsed.set(drivername="postgresql+psycopg")
@@ -89,9 +105,11 @@ def _sqlite_setup(engine: Engine, *, read_only: bool) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write and not read_only else "BEGIN")
 
 
-def make_engine(url: str, *, must_exist: bool = False) -> tuple[Engine, bool]:
+def make_engine(
+    url: str, *, must_exist: bool = False, from_env: bool = False
+) -> tuple[Engine, bool]:
     """An engine for ``url`` with TuneFarm's connection setup, and whether it is read-only."""
-    parsed = parse_url(url)
+    parsed = parse_url(url, from_env=from_env)
     kwargs: dict[str, Any] = {"future": True}
     read_only = False
     if parsed.get_backend_name() == "sqlite":
@@ -99,9 +117,22 @@ def make_engine(url: str, *, must_exist: bool = False) -> tuple[Engine, bool]:
         if database and database != ":memory:":
             folder = os.path.dirname(os.path.abspath(database))
             if not os.path.isdir(folder):
-                raise DatabaseError(f"folder of the SQLite database does not exist: {folder}")
+                absolute = f"sqlite:///{os.path.abspath('/' + database)}"
+                hint = (
+                    f"; {redact(parsed)} names a path relative to the working directory: an "
+                    f"absolute path takes four slashes ({absolute})"
+                    if not os.path.isabs(database)
+                    else ""
+                )
+                raise DatabaseError(
+                    f"folder of the SQLite database does not exist: {folder}"
+                    f"{_origin(from_env)}{hint}"
+                )
             if must_exist and not os.path.exists(database):
-                raise DatabaseError(f"database file does not exist: {database}")
+                raise DatabaseError(
+                    f"database file does not exist: {database}{_origin(from_env)}: check the "
+                    f"path, or create a database with `tunefarm db upgrade --db {redact(parsed)}`"
+                )
             read_only = sqlite_file_is_read_only(database)
         if read_only:
             uri = f"file:{os.path.abspath(database)}?mode=ro"
@@ -151,8 +182,12 @@ class Storage:
     ) -> None:
         from database import migrate
 
+        self.from_env = url is None and bool(os.environ.get(ENV_VAR))
         self.url = url or default_url()
-        self.engine, self.read_only = make_engine(self.url, must_exist=not create)
+        self.created = False  # this opening created the schema
+        self.engine, self.read_only = make_engine(
+            self.url, must_exist=not create, from_env=self.from_env
+        )
         self.dialect = self.engine.dialect.name
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self.busy_sec = 0.0  # time spent in transactions, for the job's overhead figures
@@ -160,12 +195,17 @@ class Storage:
         try:
             if create and not self.read_only and not migrate.has_tables(self.engine):
                 migrate.create(self.engine)
+                self.created = True
             elif not migrate.has_tables(self.engine):
-                raise DatabaseError(f"{redact(self.url)} is not a TuneFarm database (no tables)")
+                raise DatabaseError(
+                    f"{redact(self.url)} is not a TuneFarm database (no tables)"
+                    f"{_origin(self.from_env)}: `tunefarm db upgrade --db {redact(self.url)}` "
+                    "creates the schema in an empty database"
+                )
             elif check_schema:
                 migrate.check_current(self.engine, redact(self.url))
         except DBAPIError as err:  # OperationalError, and sqlite3's DatabaseError on a non-db
-            raise DatabaseError(_describe(err, redact(self.url), opening=True)) from None
+            raise DatabaseError(self._describe(err, opening=True)) from None
 
     @contextlib.contextmanager
     def transaction(self, *, write: bool = True) -> Iterator[Session]:
@@ -185,7 +225,7 @@ class Storage:
                         return fn(session)
                 except (OperationalError, DBAPIError) as err:
                     if not _is_transient(err) or attempt == attempts - 1:
-                        raise DatabaseError(_describe(err, redact(self.url))) from None
+                        raise DatabaseError(self._describe(err)) from None
                     time.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
             raise AssertionError("unreachable")
         finally:
@@ -196,16 +236,34 @@ class Storage:
         """Close all pooled connections."""
         self.engine.dispose()
 
+    def _describe(self, err: BaseException, *, opening: bool = False) -> str:
+        """One line for a driver error: its cause, where the URL came from, and the fix."""
+        where = redact(self.url)
+        origin = _origin(self.from_env)
+        text = error_summary(getattr(err, "orig", None) or err, with_type=False)
+        low = text.lower()
+        if "file is not a database" in low:
+            path = make_url(where).database if self.dialect == "sqlite" else where
+            return (
+                f"{path} is not an SQLite database{origin}: give the URL of a TuneFarm "
+                "database (e.g. sqlite:///tunefarm.db)"
+            )
+        if "readonly database" in low or "read-only" in low or "permission denied" in low:
+            return f"{where} is read-only ({text}){origin}: {self._write_fix()}"
+        return f"{'cannot open' if opening else 'database error on'} {where}{origin}: {text}"
 
-def _describe(err: BaseException, where: str, *, opening: bool = False) -> str:
-    text = error_summary(getattr(err, "orig", None) or err, with_type=False)
-    low = text.lower()
-    if "file is not a database" in low:
-        path = make_url(where).database if where.startswith("sqlite") else where
+    def _write_fix(self) -> str:
+        """How to get a database this process may write to."""
+        if self.dialect != "sqlite":
+            return "connect as a role that may write to TuneFarm's tables, or give another database"
+        path = make_url(self.url).database or ""
+        if self.read_only:  # no write bits: a schedule pack, meant to be read
+            return (
+                f"its file has no write permission (a schedule pack?); write to a copy "
+                f"(cp {path} mine.db && chmod u+w mine.db, then --db sqlite:///mine.db) "
+                f"or allow writing with chmod u+w {path}"
+            )
         return (
-            f"{path} is not an SQLite database: give the URL of a TuneFarm database "
-            "(e.g. sqlite:///tunefarm.db)"
+            f"give this user write permission on {path} and its folder (the journal is "
+            "written beside it), or use a copy"
         )
-    if "readonly database" in low or "read-only" in low or "permission denied" in low:
-        return f"{where} is read-only: {text}"
-    return f"{'cannot open' if opening else 'database error on'} {where}: {text}"

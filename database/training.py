@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from sqlalchemy import func, select
+from sqlalchemy import case, func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -108,10 +108,20 @@ def training_rows(
     after_id: int = 0,
 ) -> list[tuple[int, int, float | None]]:
     """(record id, workload id, mean seconds or None) of a target kind and arch, newest
-    first: the newest ``max_records`` with id > ``after_id``."""
+    first: the newest ``max_records`` with id > ``after_id``.
+
+    One row per schedule (workload, target, candidate), however often it was measured: its
+    first record's id (whose features stand for all of them) and the mean of its valid
+    records' means (None when every one failed), so a re-measured schedule weighs as one.
+    """
     query = _target_filter(
-        select(RecordRow.id, RecordRow.workload_id, RecordRow.mean_sec), kind, arch
-    ).order_by(RecordRow.id.desc())
+        select(func.min(RecordRow.id), RecordRow.workload_id, func.avg(RecordRow.mean_sec)),
+        kind,
+        arch,
+    )
+    query = query.group_by(
+        RecordRow.workload_id, RecordRow.target_key, RecordRow.candidate_hash
+    ).order_by(func.max(RecordRow.id).desc())
     if after_id:
         query = query.where(RecordRow.id > after_id)
     if not include_failed:
@@ -121,7 +131,7 @@ def training_rows(
     if max_records is not None:
         query = query.limit(max_records)
     rows = storage.run(lambda s: list(s.execute(query)), write=False)
-    return [(r[0], r[1], r[2]) for r in rows]
+    return [(r[0], r[1], None if r[2] is None else float(r[2])) for r in rows]
 
 
 def record_traces(storage: Storage, ids: Sequence[int]) -> list[tuple[int, int, str, str, str]]:
@@ -165,21 +175,24 @@ def records_of_candidates(
 def record_histories(
     storage: Storage, target_key: str
 ) -> list[tuple[int, str | None, bool, float | None]]:
-    """Every record of ``target_key`` in recording order per workload: (workload id, family
-    shash, whether it is the untuned default, mean seconds or None)."""
+    """Every schedule of ``target_key`` in the order it was first measured, per workload:
+    (workload id, family shash, whether it is the untuned default, mean seconds or None).
+    A schedule measured in several records is one trial: the mean of its valid records'
+    means, at its first record's place."""
     query = (
         select(
             RecordRow.workload_id,
-            WorkloadRow.family_shash,
-            RecordRow.trace_json == EMPTY_TRACE,
-            RecordRow.mean_sec,
+            func.min(WorkloadRow.family_shash),
+            func.max(case((RecordRow.trace_json == EMPTY_TRACE, 1), else_=0)),
+            func.avg(RecordRow.mean_sec),
         )
         .join(WorkloadRow, WorkloadRow.id == RecordRow.workload_id)
         .where(RecordRow.target_key == target_key)
-        .order_by(RecordRow.workload_id, RecordRow.id)
+        .group_by(RecordRow.workload_id, RecordRow.candidate_hash)
+        .order_by(RecordRow.workload_id, func.min(RecordRow.id))
     )
     rows = storage.run(lambda s: list(s.execute(query)), write=False)
-    return [(r[0], r[1], bool(r[2]), r[3]) for r in rows]
+    return [(r[0], r[1], bool(r[2]), None if r[3] is None else float(r[3])) for r in rows]
 
 
 # ------------------------------------------------------------------ the feature cache

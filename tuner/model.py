@@ -17,8 +17,7 @@ import tvm
 
 from tuner.errors import TuneFarmError
 from tuner.frontends.reference import Reference
-
-MODEL_SUFFIXES = (".py", ".json", ".onnx", ".pt2")
+from tuner.modelfile import MODEL_SUFFIXES, check_model_path  # noqa: F401 (light, no TVM)
 
 
 @dataclass(frozen=True)
@@ -54,17 +53,6 @@ class Model:
         return len(self.mod["main"].params) - len(self.params)
 
 
-def check_model_path(path: Path) -> None:
-    """A model path that :func:`load_model` can read: an existing file of a known type."""
-    kinds = "a .py (TVMScript), .json (IRModule), .onnx or .pt2 (torch.export) file"
-    if path.is_dir():
-        raise TuneFarmError(f"{path} is a directory: MODEL must be {kinds}")
-    if not path.exists():
-        raise TuneFarmError(f"model file not found: {path}")
-    if path.suffix not in MODEL_SUFFIXES:
-        raise TuneFarmError(f"unsupported model file {path}: expected {kinds}")
-
-
 def load_model(path: str | Path, entry: str = "Module", *, keep_params: bool = False) -> Model:
     """Load ``path``: ``.py`` with an IRModule named ``entry``, ``.json``, ``.onnx`` or ``.pt2``.
 
@@ -75,6 +63,10 @@ def load_model(path: str | Path, entry: str = "Module", *, keep_params: bool = F
 
     path = Path(path)
     check_model_path(path)
+    if path.is_dir():
+        from tuner.llm.runtime import decoder_model
+
+        return decoder_model(path)
     if keep_params and path.suffix not in (".onnx", ".pt2"):
         raise TuneFarmError("--keep-params applies to .onnx and .pt2 models only")
     imported = frontends.load(path, entry=entry, keep_params=keep_params)

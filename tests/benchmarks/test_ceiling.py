@@ -10,6 +10,7 @@ import pytest
 from benchmarks.ceiling import main
 
 
+@pytest.mark.slow
 def test_search_throughput_counts_real_candidates(tmp_path) -> None:
     out = tmp_path / "ceiling.json"
     args = ["--parts", "search", "--rounds", "2", "--repeats", "1", "--out", str(out)]
@@ -44,6 +45,7 @@ def test_head_ceiling_records_every_simulated_candidate(sqlite_url) -> None:
     assert stats(Storage(sqlite_url, create=False))["records"] == 12
 
 
+@pytest.mark.slow
 def test_footprint_measures_a_real_candidate_and_search_tasks(tmp_path) -> None:
     out = tmp_path / "ceiling.json"
     args = ["--parts", "footprint", "--footprint-tasks", "2", "--out", str(out)]

@@ -7,7 +7,7 @@ import pytest
 
 from benchmarks.models import MODELS, SUITE_MODELS, row_of
 from benchmarks.report import render
-from tuner.bench import BenchResult, Paired, RuntimeResult
+from tuner.bench.results import BenchResult, Paired, RuntimeResult
 
 
 def _bench_json(error: str | None, spread: float | None = None, paired: dict | None = None) -> dict:
@@ -80,6 +80,7 @@ def test_suite_models_are_known() -> None:
     assert all(MODELS[m].get("bench") for m in SUITE_MODELS)
 
 
+@pytest.mark.slow
 def test_hf_models_export_and_count_their_tasks(tmp_path) -> None:
     """``--hf``: the models are exported with plain torch.export (no Dim names kept) and the
     budget per bucket task multiplies the deduplicated task count of the model's buckets."""

@@ -78,6 +78,7 @@ def test_headline_wording() -> None:
     assert "Overhead: 0.34 candidates/s" in text
 
 
+@pytest.mark.slow
 def test_report_from_a_tiny_real_run(tmp_path: Path) -> None:
     """Peak calibration, untuned/numpy timings of the QKV matmul at two M (no tuning), the
     GPU part's skip line and the plug-in parts, through the Markdown and PNG writer."""
@@ -109,6 +110,7 @@ def test_report_from_a_tiny_real_run(tmp_path: Path) -> None:
     assert "old" not in readme.read_text() and "rest" in readme.read_text()
 
 
+@pytest.mark.slow
 def test_efficiency_and_overhead_plots(tmp_path: Path) -> None:
     curve = best_so_far([{"wall": float(i), "sec": 1.0 / i} for i in range(1, 6)])
     part = {"curve": curve, "final_sec": 0.2, "final_gflops": 1.0, "trials": 5}

@@ -49,11 +49,14 @@ def test_record_round_trip_and_top_k(any_url: str) -> None:
     for factor, sec in ((2, 3e-6), (4, 1e-6), (8, 2e-6)):
         assert _measure(db, mod, _candidate(mod, factor), target, [sec, sec])
     assert db.has_workload(mod)
-    # the same candidate is stored once
-    assert not _measure(db, mod, _candidate(mod, 4), target, [9e-6])
+    # a candidate measured again is a record of its own; its schedule pools both runs
+    assert _measure(db, mod, _candidate(mod, 4), target, [9e-6])
     top = db.get_top_k(db.commit_workload(mod), 2)
     assert [float(r.run_secs[0]) for r in top] == pytest.approx([1e-6, 2e-6])
-    assert len(db) == 3
+    assert len(db) == 4
+    best = db.best(mod, target)
+    assert best is not None and best.evidence.runs == 2 and best.evidence.samples == 3
+    assert best.evidence.median == pytest.approx(1e-6) and best.evidence.confirmed
     # a fresh connection (another process would see the same) applies the best trace
     db2 = TuneFarmDatabase(Storage(any_url))
     sch = db2.query_schedule(mod, target, "main")

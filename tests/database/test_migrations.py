@@ -44,7 +44,7 @@ def test_schema_1_file_is_refused_then_upgraded(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["db", "upgrade", "--db", url])
     assert result.exit_code == 0, result.output
     assert f"from revision 0001 to {migrate.head_revision()}" in result.output
-    assert migrate.head_revision() == "0005"
+    assert migrate.head_revision() == "0006"
     storage = Storage(url, create=False)
     assert stats(storage)["valid_records"] == 4  # nothing lost
     _no_drift(storage)
@@ -95,14 +95,14 @@ def test_revision_0003_upgrades_to_the_head_with_the_feature_cache(any_url: str)
             "VALUES (7, 1, 'c', '[]', '[]', 'k', '{}', 'llvm', CURRENT_TIMESTAMP)"
         )
     assert "record_features" not in inspect(engine).get_table_names()
-    with pytest.raises(DatabaseError, match=r"revision 0003.*needs 0005.*tunefarm db upgrade"):
+    with pytest.raises(DatabaseError, match=r"revision 0003.*needs 0006.*tunefarm db upgrade"):
         Storage(any_url, create=False)
-    assert migrate.upgrade(engine) == ("0003", "0005")
+    assert migrate.upgrade(engine) == ("0003", "0006")
     engine.dispose()
     storage = Storage(any_url, create=False)
     _no_drift(storage)
     with storage.engine.begin() as conn:
-        assert conn.execute(text("SELECT value FROM tunefarm_meta")).scalar() == "5"
+        assert conn.execute(text("SELECT value FROM tunefarm_meta")).scalar() == "6"
         assert conn.exec_driver_sql("SELECT COUNT(*) FROM generic_runs").scalar() == 0
         conn.execute(
             text("INSERT INTO record_features VALUES (7, 1, 2, :b, :b, 0, 0)"),
@@ -110,3 +110,48 @@ def test_revision_0003_upgrades_to_the_head_with_the_feature_cache(any_url: str)
         )
         conn.exec_driver_sql("DELETE FROM tuning_records WHERE id = 7")
         assert conn.exec_driver_sql("SELECT COUNT(*) FROM record_features").scalar() == 0
+
+
+def test_revision_0005_upgrades_to_every_commit_a_record(any_url: str) -> None:
+    """A database at 0005 (one record per candidate) keeps its records, gets each valid
+    record's median and stock's sort key, and stores a re-measured candidate as a record of
+    its own; downgrading keeps the first record of each candidate."""
+    from alembic import command
+    from sqlalchemy import text
+
+    from database.storage import make_engine
+
+    engine, _ = make_engine(any_url)
+    insert = (
+        "INSERT INTO tuning_records (id, workload_id, candidate_hash, trace_json, "
+        "args_info_json, run_secs_json, mean_sec, target_key, target_json, target_kind, "
+        "created_at) VALUES (:id, 1, :c, :t, '[]', :secs, :mean, 'k', '{}', 'llvm', "
+        "CURRENT_TIMESTAMP)"
+    )
+    rows = [
+        {"id": 1, "c": "a", "t": '[[["Split"]], []]', "secs": "[1.0, 2.0, 6.0]", "mean": 3.0},
+        {"id": 2, "c": "b", "t": "[[], []]", "secs": "[4.0]", "mean": 4.0},  # the default
+        {"id": 3, "c": "c", "t": '[[["Split"]], []]', "secs": None, "mean": None},  # failed
+    ]
+    with engine.begin() as conn:
+        command.upgrade(migrate._config(conn), "0005")
+        conn.exec_driver_sql(
+            "INSERT INTO workloads (id, shash, mod_json, tvm_version, created_at) "
+            "VALUES (1, 'h', '{}', 'x', CURRENT_TIMESTAMP)"
+        )
+        for row in rows:
+            conn.execute(text(insert), row)
+    assert migrate.upgrade(engine) == ("0005", "0006")
+    with engine.begin() as conn:
+        got = conn.exec_driver_sql(
+            "SELECT id, median_sec, rank_sec FROM tuning_records ORDER BY id"
+        ).all()
+        assert [tuple(r) for r in got] == [(1, 2.0, 3.0), (2, 4.0, None), (3, None, None)]
+        conn.execute(text(insert), {**rows[0], "id": 4, "secs": "[5.0]", "mean": 5.0})
+        assert conn.exec_driver_sql("SELECT COUNT(*) FROM tuning_records").scalar() == 4
+    _no_drift(Storage(any_url, create=False))
+    with engine.begin() as conn:
+        command.downgrade(migrate._config(conn), "0005")
+        ids = conn.exec_driver_sql("SELECT id FROM tuning_records ORDER BY id").scalars()
+        assert list(ids) == [1, 2, 3]
+    engine.dispose()

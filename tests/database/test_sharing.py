@@ -22,6 +22,7 @@ def _best(url: str) -> list[tuple[str, float]]:
     return sorted((r["target_kind"], r["mean_sec"]) for r in best_records(Storage(url)))
 
 
+@pytest.mark.slow
 def test_export_is_loaded_and_applied_by_stock_metaschedule(tuned_db, tmp_path: Path) -> None:
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms
@@ -49,6 +50,7 @@ def test_export_is_loaded_and_applied_by_stock_metaschedule(tuned_db, tmp_path: 
     assert scheduled, "stock MetaSchedule applied none of the exported schedules"
 
 
+@pytest.mark.slow
 def test_import_round_trip_and_bad_lines_store_nothing(
     tuned_db, any_url: str, tmp_path: Path
 ) -> None:
@@ -86,6 +88,7 @@ def test_import_round_trip_and_bad_lines_store_nothing(
     assert stats(Storage(any_url)) == before  # nothing half-written
 
 
+@pytest.mark.slow
 def test_merge_keeps_provenance_and_adds_each_record_once(tuned_db, any_url: str) -> None:
     mine = Storage(any_url)
     first = merge(mine, tuned_db.url)
@@ -103,6 +106,7 @@ def test_merge_keeps_provenance_and_adds_each_record_once(tuned_db, any_url: str
         merge(mine, any_url)
 
 
+@pytest.mark.slow
 def test_pack_is_read_only_and_builds_offline(tuned_db, tmp_path: Path) -> None:
     from tuner.compile import compile as tf_compile
     from tuner.model import load_model
@@ -110,7 +114,10 @@ def test_pack_is_read_only_and_builds_offline(tuned_db, tmp_path: Path) -> None:
 
     pack = tmp_path / "team.pack.db"
     done = export_pack(Storage(tuned_db.url, create=False), pack)
-    assert done.records == len(best_records(Storage(tuned_db.url)))
+    # the pack holds each best schedule with all its records (a confirmation is one more)
+    pack_stats = stats(Storage(f"sqlite:///{pack}", create=False))
+    assert pack_stats["schedules"] == len(best_records(Storage(tuned_db.url)))
+    assert pack_stats["records"] == done.records
     assert not os.stat(pack).st_mode & 0o222 and not Path(f"{pack}-wal").exists()
     _ex, report = tf_compile(
         load_model(TINY).mod, resolve_target("llvm"), f"sqlite:///{pack}", strict=True
@@ -126,6 +133,7 @@ def test_pack_is_read_only_and_builds_offline(tuned_db, tmp_path: Path) -> None:
         export_pack(Storage(tuned_db.url), pack)
 
 
+@pytest.mark.slow
 def test_prune_keeps_the_best(tuned_db, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'copy.db'}"
     merge(Storage(url), tuned_db.url)
@@ -133,7 +141,8 @@ def test_prune_keeps_the_best(tuned_db, tmp_path: Path) -> None:
     plan = prune(Storage(url), keep_top=1, failed=True, dry_run=True)
     assert plan.total > 0 and stats(Storage(url))["records"] > len(best)
     prune(Storage(url), keep_top=1, failed=True)
-    assert stats(Storage(url))["records"] == len(best) and _best(url) == best
+    # the best schedules stay, each with every record of its evidence
+    assert stats(Storage(url))["schedules"] == len(best) and _best(url) == best
     result = CliRunner().invoke(app, ["db", "prune", "--db", url])
     assert result.exit_code == 1 and "nothing to prune" in result.output
 
@@ -150,6 +159,7 @@ def test_bad_urls_are_one_line_errors(tmp_path: Path) -> None:
         assert len(result.output.strip().splitlines()) == 1, result.output
 
 
+@pytest.mark.slow
 def test_read_only_role_builds_from_postgres(tuned_db, any_url: str) -> None:
     if not any_url.startswith("postgresql"):
         pytest.skip("a PostgreSQL role")

@@ -7,7 +7,7 @@ import pytest
 from tvm.script import ir as I
 from tvm.script import relax as R
 
-from tuner.bench import random_inputs
+from tuner.bench.timing import random_inputs
 from tuner.errors import TuneFarmError
 
 
@@ -27,7 +27,7 @@ def test_paired_ratios_hold_still_when_the_machine_slows_between_rounds() -> Non
     """A load that triples the time of everything every other round (a shared VM's slow
     phase): each round's two samples see the same load, so the paired ratio is exactly the
     runtimes' ratio with no spread, and which of the two is timed first alternates."""
-    from tuner.bench import _paired
+    from tuner.bench.timing import time_paired
 
     calls: list[str] = []
 
@@ -42,9 +42,9 @@ def test_paired_ratios_hold_still_when_the_machine_slows_between_rounds() -> Non
 
         return run
 
-    (ort,) = _paired(timer("tuned", 1e-3), {"ort": timer("ort", 2e-3)}, repeat=4).values()
+    (ort,) = time_paired(timer("tuned", 1e-3), {"ort": timer("ort", 2e-3)}, repeat=4).values()
     assert (ort.ratio, ort.spread) == pytest.approx((2.0, 0.0))
     assert (ort.sec, ort.tuned_sec) == pytest.approx((4e-3, 2e-3))  # medians of 2, 6 and 1, 3
     assert calls == ["ort", "tuned", "tuned", "ort", "ort", "tuned", "tuned", "ort"]
     # a timer that returns nothing usable is left out, not divided by
-    assert _paired(lambda: 0.0, {"ort": timer("ort", 1e-3)}, repeat=2) == {}
+    assert time_paired(lambda: 0.0, {"ort": timer("ort", 1e-3)}, repeat=2) == {}

@@ -14,16 +14,11 @@ from typer.testing import CliRunner
 
 from database import Storage, TuneFarmDatabase
 from tests.cli_assert import one_line_error
-from tuner.bench import (
-    BenchResult,
-    Paired,
-    RuntimeResult,
-    bench,
-    runtime_notes,
-    runtimes_for,
-    runtimes_table,
-)
+from tuner.bench.results import BenchResult, Paired, RuntimeResult, runtime_notes
+from tuner.bench.run import bench
+from tuner.bench.runtimes import runtimes_for
 from tuner.cli import app
+from tuner.cli.render import runtimes_table
 from tuner.model import load_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,6 +70,7 @@ def db(tmp_path: Path) -> TuneFarmDatabase:
     return TuneFarmDatabase(Storage(f"sqlite:///{tmp_path / 'rt.db'}"))
 
 
+@pytest.mark.slow
 def test_pt2_torch_compile_and_onnxruntime_beside_tuned(tiny_pt2: Path, db, llvm_target) -> None:
     pytest.importorskip("onnxruntime")
     model = load_model(tiny_pt2)
@@ -109,6 +105,7 @@ def test_pt2_torch_compile_and_onnxruntime_beside_tuned(tiny_pt2: Path, db, llvm
     )
 
 
+@pytest.mark.slow
 def test_onnx_export_that_fails_is_one_line(cumprod_pt2: Path, db, llvm_target) -> None:
     """torch.onnx.export has no ONNX function for cumprod's prims.prod: ORT is not run, the
     reason is torch's own root cause in one line; TuneFarm's figures are still there."""
@@ -125,6 +122,7 @@ def test_onnx_export_that_fails_is_one_line(cumprod_pt2: Path, db, llvm_target) 
     assert note.startswith("onnxruntime: not run: torch.onnx.export failed")
 
 
+@pytest.mark.slow
 def test_onnxruntime_not_installed(tiny_pt2: Path, db, llvm_target, monkeypatch) -> None:
     """onnxruntime not importable (as without the ort extra): not run, the extra named."""
     monkeypatch.setitem(sys.modules, "onnxruntime", None)
@@ -205,6 +203,7 @@ def test_table_marks_a_mismatch_and_a_runtime_not_run() -> None:
     assert "MISMATCH" not in console.export_text()
 
 
+@pytest.mark.slow
 def test_cli_runtimes_option(tiny_pt2: Path, cumprod_pt2: Path, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'cli.db'}"
     Storage(url).dispose()  # bench reads an existing database
@@ -219,7 +218,7 @@ def test_cli_runtimes_option(tiny_pt2: Path, cumprod_pt2: Path, tmp_path: Path) 
     # an export that fails: one line in the output, no traceback, exit 0 (TuneFarm agrees)
     js = tmp_path / "b.json"
     args = ["bench", str(cumprod_pt2), "--shape", "s=8", "--runtimes", "onnxruntime"]
-    result = runner.invoke(app, [*args, *db, "--json", str(js)])
+    result = runner.invoke(app, [*args, *db, "-o", str(js)])
     assert result.exit_code == 0, result.output
     assert "Traceback" not in result.output and "side by side" in result.output
     assert "onnxruntime: not run: torch.onnx.export failed: DispatchError" in " ".join(

@@ -97,7 +97,7 @@ def test_build_and_bench_from_tuned_db(tuned_db, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "1/1 kernel calls from tuned records" in result.output and out.stat().st_size > 0
     js = tmp_path / "bench.json"
-    result = runner.invoke(app, ["bench", str(TINY), "--db", tuned_db.url, "--json", str(js)])
+    result = runner.invoke(app, ["bench", str(TINY), "--db", tuned_db.url, "-o", str(js)])
     assert result.exit_code == 0, result.output
     (data,) = json.loads(js.read_text())["results"]
     assert data["agree"] and data["reference"] == "numpy" and data["tuned_share"] == 1.0

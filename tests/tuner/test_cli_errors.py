@@ -129,8 +129,8 @@ def test_model_that_is_a_directory(tmp_path: Path, sqlite_url: str) -> None:
 
 
 def test_outputs_are_checked_before_any_work(broken_model: Path, tmp_path: Path) -> None:
-    result = runner.invoke(app, ["bench", str(broken_model), "--json", "/nonexistent/x.json"])
-    one_line_error(result, "--json /nonexistent/x.json: folder does not exist")
+    result = runner.invoke(app, ["bench", str(broken_model), "-o", "/nonexistent/x.json"])
+    one_line_error(result, "--output /nonexistent/x.json: folder does not exist")
     result = runner.invoke(app, ["build", str(broken_model), "-o", str(tmp_path)])
     one_line_error(result, "--output")
     assert "is a directory" in result.output
@@ -138,9 +138,9 @@ def test_outputs_are_checked_before_any_work(broken_model: Path, tmp_path: Path)
     one_line_error(result, "folder does not exist")
 
 
-def test_bench_json_dash_is_stdout(empty_db: str, tmp_path: Path, monkeypatch: Any) -> None:
+def test_bench_json_is_stdout(empty_db: str, tmp_path: Path, monkeypatch: Any) -> None:
     monkeypatch.chdir(tmp_path)
-    result = runner.invoke(app, ["bench", str(TINY), "--db", empty_db, "--json", "-"])
+    result = runner.invoke(app, ["bench", str(TINY), "--db", empty_db, "--json"])
     assert result.exit_code == 0, result.output
     (row,) = json.loads(result.stdout)["results"]
     assert row["agree"] and row["reference"] == "numpy"
@@ -163,13 +163,14 @@ def test_the_siblings_exchange_and_screen_defaults_are_the_jobs() -> None:
     import inspect
 
     from tuner.cli.cluster import submit
+    from tuner.cli.common import with_tune_options
     from tuner.cli.run import tune
     from tuner.job import TuneConfig
     from tuner.search.task import SIBLINGS
     from workers.config import MeasureConfig
 
-    for command in (tune, submit):
-        params = inspect.signature(command).parameters
+    for command in (tune, submit):  # the options as typer reads them
+        params = inspect.signature(with_tune_options(command)).parameters
         assert params["siblings"].default == SIBLINGS
         assert params["exchange"].default is TuneConfig(trials=1).exchange
         assert params["screen"].default == MeasureConfig().screen
@@ -344,7 +345,7 @@ def test_usage_errors_are_one_compact_line() -> None:
     assert result.exit_code == 2, result.output
     (line,) = [ln for ln in result.output.splitlines() if ln.strip()]
     assert line.startswith("error: Invalid value for '--trials'")
-    assert line.endswith("(try 'tunefarm tune --help')")
+    assert line.endswith("(try 'tunefarm tune -h')")
     result = runner.invoke(app, ["db", "stats", "--bogus"])
     assert result.exit_code == 2 and result.output.count("\n") == 1
     assert result.output.startswith("error: No such option: --bogus")
@@ -401,7 +402,7 @@ def test_a_torch_model_loads_while_ray_starts_and_a_bad_one_stops_ray(
 
     import ray
 
-    from tuner.cli.run import ray_while_loading
+    from tuner.services import ray_while_loading
 
     def load() -> tuple[str, bool]:
         return threading.current_thread().name, ray.is_initialized()

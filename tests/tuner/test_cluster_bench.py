@@ -37,6 +37,7 @@ def test_target_with_address_is_one_line(sqlite_url: str) -> None:
     one_line_error(runner.invoke(app, args), "use --devices cpu,cuda,arm64 instead of --target")
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_bench_on_cluster(tuned_db, tmp_path) -> None:
     """A head and a CPU node (``tunefarm_cpu``): the tiny model measured on that node's runner,
@@ -52,7 +53,7 @@ def test_bench_on_cluster(tuned_db, tmp_path) -> None:
         cluster.wait_for_nodes()
         out = tmp_path / "bench.json"
         args = ["bench", str(TINY), "--address", cluster.address, "--db", tuned_db.url]
-        result = runner.invoke(app, [*args, "--json", str(out)])
+        result = runner.invoke(app, [*args, "-o", str(out)])
         assert result.exit_code == 0, result.output
         assert "tuned vs untuned" in result.output and "cpu (cpu@" in result.output
         rows = json.loads(out.read_text())["results"]
@@ -66,7 +67,7 @@ def test_bench_on_cluster(tuned_db, tmp_path) -> None:
         assert row["fingerprint"]  # reported by the runner that measured it
 
         # --json -: the JSON alone on stdout
-        printed = runner.invoke(app, [*args, "--json", "-"])
+        printed = runner.invoke(app, [*args, "--json"])
         assert printed.exit_code == 0, printed.output
         assert json.loads(printed.stdout)["results"][0]["kind"] == "cpu"
 

@@ -10,7 +10,7 @@ import tvm
 
 from database import Storage, TuneFarmDatabase, shash_of
 from tests.conftest import DATA, store_bucket_record
-from tuner.bench import bench, sweep_values
+from tuner.bench.run import bench, sweep_values
 from tuner.compile import apply_database, compile
 from tuner.errors import TuneFarmError
 from tuner.model import load_model
@@ -822,7 +822,7 @@ def test_generic_kernel_serves_small_values_from_a_stored_tune(tmp_path, llvm_ta
 
 
 def test_bench_flags_values_where_tuned_is_slower() -> None:
-    from tuner.bench import BenchResult, slower_note, slower_shapes
+    from tuner.bench.results import BenchResult, slower_note, slower_shapes
 
     def result(s: int, untuned: float, tuned: float) -> BenchResult:
         return BenchResult(
@@ -954,6 +954,7 @@ def test_a_bucket_record_serves_every_kernel_it_is(tmp_path, llvm_target) -> Non
         assert all(v.startswith("s64") for v in ran.values()), (value, res.kernels)
 
 
+@pytest.mark.slow
 def test_bench_kernels_says_where_the_time_goes(tmp_path, llvm_target) -> None:
     """``bench(kernels=True)`` / ``tunefarm bench --kernels``: every function one model call
     ran, timed alone, and the VM's own share; the bucket kernels of all three matmuls are

@@ -35,6 +35,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", [CPU_THEN_CUDA, CUDA], ids=["cpu-then-cuda", "cuda"])
 def test_cuda_intrinsics_load_only_when_asked_for(script: str) -> None:
     out = subprocess.run(
@@ -53,6 +54,7 @@ def _erf_module() -> object:
     return tvm.IRModule({"main": te.create_prim_func([x, y])})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("prepared", [True, False], ids=["prepared", "bare"])
 def test_stock_builder_compiles_the_erf_tunefarm_ships(llvm_target, prepared: bool) -> None:
     """A stock LocalBuilder given ``prepare_stock_builder`` lowers float32 erf as TuneFarm's

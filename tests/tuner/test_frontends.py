@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from database import Storage
 from tests.cli_assert import one_line_error
-from tuner.bench import random_inputs
+from tuner.bench.timing import random_inputs
 from tuner.cli import app
 from tuner.compile import compile as tf_compile
 from tuner.errors import TuneFarmError
@@ -71,6 +71,7 @@ def test_onnx_import_keeps_dim_param(llvm_target, keep_params: bool) -> None:
         np.testing.assert_allclose(out, _onnx_numpy(ONNX_MLP, x), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_onnx_dim_param_names_are_kept(tmp_path: Path) -> None:
     onnx = pytest.importorskip("onnx")
     from onnx import TensorProto, helper
@@ -93,6 +94,7 @@ def test_onnx_dim_param_names_are_kept(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- PyTorch
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("keep_params", [False, True])
 def test_pt2_transformer_matches_pytorch(llvm_target, keep_params: bool) -> None:
     pytest.importorskip("torch")
@@ -127,6 +129,7 @@ def pt2_mlp(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_pt2_without_recorded_names_keeps_torch_symbols(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     from torch.export import Dim
@@ -202,6 +205,7 @@ def test_keep_params_only_for_framework_models(tmp_path: Path) -> None:
     one_line_error(result, "--keep-params applies to .onnx and .pt2 models only")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("model", "extra"), [(PT2_ENCODER, "torch"), (ONNX_MLP, "onnx")])
 def test_missing_extra_names_it(model: Path, extra: str) -> None:
     """The framework not importable (as without the extra): one line naming the extra."""

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 pytest.importorskip("torch", reason="needs torch: pip install 'tunefarm[torch]'")
 pytest.importorskip("transformers", reason="needs transformers: pip install 'tunefarm[hf]'")
 
-from tuner.bench import random_inputs
+from tuner.bench.timing import random_inputs
 from tuner.cli import app
 from tuner.compile import compile as tf_compile
 from tuner.frontends.reference import flat_outputs
@@ -135,6 +135,7 @@ def _max_errors(model, values: dict[str, list[int]], reference, target) -> dict[
     return errors
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(MODELS))
 def test_hf_pt2_matches_pytorch_at_every_length(hf_files, llvm_target, name: str) -> None:
     """Plain torch.export files: torch's own symbol (no Dim name), its range as bounds, and
@@ -150,6 +151,7 @@ def test_hf_pt2_matches_pytorch_at_every_length(hf_files, llvm_target, name: str
     print(name, errors)
 
 
+@pytest.mark.slow
 def test_hf_bert_onnx_builds_and_matches_pytorch(hf_files, llvm_target) -> None:
     import torch
 
@@ -165,6 +167,7 @@ def test_hf_bert_onnx_builds_and_matches_pytorch(hf_files, llvm_target) -> None:
     print(_max_errors(model, {"seq": [2, 5, 16, MAX_LEN]}, reference, llvm_target))
 
 
+@pytest.mark.slow
 def test_plain_pt2_in_a_fresh_process_says_how_to_address_the_axis(hf_files) -> None:
     """transformers not imported (the file's ModelOutput type is imported on load) and the Dim
     name not in the file: the error names the variable, its input, axis and range and the
@@ -205,7 +208,7 @@ def test_hf_bert_tune_bench_by_axis(hf_files, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     js = tmp_path / "bench.json"
     result = runner.invoke(
-        app, ["bench", path, "--shape", "input_ids.1=2,16,64", "--json", str(js), *db]
+        app, ["bench", path, "--shape", "input_ids.1=2,16,64", "-o", str(js), *db]
     )
     assert result.exit_code == 0, result.output
     rows = json.loads(js.read_text())["results"]
@@ -224,9 +227,7 @@ def test_hf_bert_onnx_tune_bench_by_axis(hf_files, tmp_path: Path) -> None:
     result = runner.invoke(app, ["tune", path, "--shape", "input_ids.1=16", *opts, *db])
     assert result.exit_code == 0, result.output
     js = tmp_path / "bench.json"
-    result = runner.invoke(
-        app, ["bench", path, "--shape", "input_ids.1=2,16", "--json", str(js), *db]
-    )
+    result = runner.invoke(app, ["bench", path, "--shape", "input_ids.1=2,16", "-o", str(js), *db])
     assert result.exit_code == 0, result.output
     rows = json.loads(js.read_text())["results"]
     assert [r["shape"]["seq"] for r in rows] == [2, 16]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import sys
@@ -51,14 +52,27 @@ def test_tune_records_every_trial(tuned_db, llvm_target) -> None:
     from database.queries import stats
 
     counts = stats(Storage(tuned_db.url, create=False))
-    assert counts["records"] == 8 and counts["jobs"] == 1 and counts["workloads"] == 1
-    # every new best was timed twice (repeat=2 each): the best record holds both timings,
-    # and the confirmations are no trials (8 records for --trials 8)
-    assert search["confirmed"]["count"] >= 1 and search["confirmed"]["median_ratio"] > 0
-    db = TuneFarmDatabase(Storage(tuned_db.url, create=False), llvm_target)
-    mod = extract_tasks(prepare(load_model(TINY).mod, llvm_target), llvm_target)[0].mod
-    (best,) = db.get_top_k(db.commit_workload(mod), 1)
-    assert len(best.run_secs) == 4
+    # every new best was timed twice (repeat=2 each): the confirmation is a record of its
+    # own, no trial (8 schedules for --trials 8), and the best's evidence pools both timings
+    n_confirmed = search["confirmed"]["count"]
+    assert n_confirmed >= 1 and search["confirmed"]["median_ratio"] > 0
+    assert counts["schedules"] == 8 and counts["records"] == 8 + n_confirmed
+    assert counts["jobs"] == 1 and counts["workloads"] == 1
+    from sqlalchemy import func, select
+
+    from database.evidence import Evidence
+    from database.models import RecordRow
+
+    storage = Storage(tuned_db.url, create=False)
+    with storage.engine.connect() as conn:
+        rows = conn.execute(select(RecordRow.candidate_hash, RecordRow.id, RecordRow.run_secs_json))
+        by_schedule: dict[str, list[tuple[int, list[float]]]] = {}
+        for cand, rid, secs in rows:
+            by_schedule.setdefault(cand, []).append((rid, json.loads(secs)))
+        assert conn.scalar(select(func.count()).select_from(RecordRow)) == counts["records"]
+    confirmed = [Evidence.pool(recs) for recs in by_schedule.values() if len(recs) > 1]
+    assert len(confirmed) == n_confirmed
+    assert all(e.confirmed and e.runs == 2 and e.samples == 4 for e in confirmed)
 
 
 def test_a_new_best_is_timed_again_until_the_rounds_fastest_has_two_timings() -> None:
@@ -153,8 +167,9 @@ class TwoKernels:
 
 
 def test_trial_budget_is_a_hard_cap(sqlite_url, llvm_target) -> None:
-    """--trials N stores N records, never more: the default schedules count, a resumed job
-    counts what is there, and the last round is cut to the budget.
+    """--trials N measures N schedules, never more (a new best's confirmation is a record of
+    its own, not a trial): the default schedules count, a resumed job counts what is there,
+    and the last round is cut to the budget.
 
     Two tasks, 9 searched trials: rounds of 2 (trials_per_round), so an uncut last round
     stored 12 records for a budget of 11."""
@@ -162,7 +177,7 @@ def test_trial_budget_is_a_hard_cap(sqlite_url, llvm_target) -> None:
     from workers.connection import RayConnection
 
     def records() -> int:
-        return stats(Storage(sqlite_url, create=False))["records"]
+        return stats(Storage(sqlite_url, create=False))["schedules"]
 
     def run(trials: int) -> None:
         measure = MeasureConfig(min_repeat_ms=2, repeat=1)
@@ -198,7 +213,7 @@ def test_time_budget_ends_the_search(sqlite_url, llvm_target, search: str) -> No
     assert summary.wall_sec < budget + 30.0  # the round in flight and the range probes only
     assert summary.search["cut_by_time"] >= 0  # rounds cut to what ends before the deadline
     storage = Storage(sqlite_url, create=False)
-    assert stats(storage)["records"] == summary.trials_measured  # nothing lost
+    assert stats(storage)["schedules"] == summary.trials_measured  # nothing lost
     from database.models import JobRow
 
     with storage.transaction(write=False) as session:
@@ -292,7 +307,13 @@ def test_a_warm_job_first_measures_the_kernels_best_schedules_at_other_buckets(
             .order_by(RecordRow.id)
         )
         rows = storage.run(lambda s: list(s.execute(query)), write=False)
-        return [(mod, json.loads(trace)) for mod, trace in rows if json.loads(trace)[0]]
+        seen: set[tuple[str, str]] = set()  # a schedule once (its confirmation is a record too)
+        out = []
+        for mod, trace in rows:
+            if json.loads(trace)[0] and (mod, trace) not in seen:
+                seen.add((mod, trace))
+                out.append((mod, json.loads(trace)))
+        return out
 
     with RayConnection(num_cpus=2):
         run(16, 9, warm_start=False)  # a teammate's job: the default and 8 searched
@@ -424,7 +445,7 @@ def test_a_piped_tune_warns_reports_as_it_goes_and_counts_its_trials_one_way(
     from database.queries import list_workloads, stats
 
     storage = Storage(f"sqlite:///{db}", create=False)
-    assert _jobs(db) == [("done", 3)] and stats(storage)["records"] == 3
+    assert _jobs(db) == [("done", 3)] and stats(storage)["schedules"] == 3
     names = [w["task"] for w in list_workloads(storage)]
     assert len(names) == 2 and all(names) and any("gelu" in n for n in names)
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from database import Storage, TuneFarmDatabase
 from tests.cli_assert import one_line_error
-from tuner.bench import BenchResult, traffic_summary, weighted_quantile
+from tuner.bench.results import BenchResult, traffic_summary, weighted_quantile
 from tuner.cli import app
 from tuner.errors import TuneFarmError
 from tuner.model import load_model
@@ -175,7 +175,7 @@ def test_a_task_past_its_jump_expects_its_search_to_go_on_not_the_fitted_jump() 
 
 
 def test_calibration_corrects_each_kernel_by_the_timed_build(tmp_path: Path, llvm_target) -> None:
-    from tuner.cli.plan import plan_notes
+    from tuner.cli.render import plan_notes
     from tuner.kernel_profile import KernelProfile, KernelTime
 
     model = load_model(MLP)
@@ -348,7 +348,7 @@ def test_a_plan_spends_its_whole_budget_past_the_curves_floor(tmp_path: Path, ll
 
 
 def test_stages_share_the_new_trials(tmp_path: Path) -> None:
-    from tuner.cli.run import stage_budgets
+    from tuner.services import stage_budgets
 
     assert stage_budgets(64, 2) == [32, 32]
     assert stage_budgets(5, 3) == [2, 2, 1]
@@ -484,7 +484,7 @@ def test_plan_tune_replan_and_bench_over_the_profile(tmp_path: Path) -> None:
             assert t["trials"] >= t["recorded"]
     # bench over the profile: traffic-weighted tuned, untuned and numpy
     bench = runner.invoke(
-        app, ["bench", str(model), "--shape-profile", str(profile), "--db", url, "--json", "-"]
+        app, ["bench", str(model), "--shape-profile", str(profile), "--db", url, "--json"]
     )
     assert bench.exit_code == 0, bench.output
     data = json.loads(bench.output)

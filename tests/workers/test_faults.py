@@ -51,6 +51,7 @@ def _bad(name: str, fn: str) -> SlotSpec:
 
 
 # ----------------------------------------------------------------- builds (no Ray)
+@pytest.mark.slow
 def test_build_sandbox_turns_hang_crash_garbage_into_values(llvm_target) -> None:
     mod_json = tvm.ir.save_json(matmul_mod(8, 8, 8))
     target_json = TargetKey.of(llvm_target).json
@@ -59,7 +60,7 @@ def test_build_sandbox_turns_hang_crash_garbage_into_values(llvm_target) -> None
         started = time.perf_counter()
         hung, data = sandboxed_build(mod_json, target_json, 2.0, f"{FAULTS}:hang_build", box)
         assert data is None and hung.error_kind is ErrorKind.BUILD_TIMEOUT
-        assert time.perf_counter() - started < 15
+        assert time.perf_counter() - started < 60  # cut at 2 s, not hung (busy machines: slack)
         crashed, data = sandboxed_build(mod_json, target_json, 30, f"{FAULTS}:crash_build", box)
         assert data is None and crashed.error_kind is ErrorKind.BUILD_ERROR
         assert "crashed" in crashed.error_msg and "SIGSEGV" in crashed.error_msg
@@ -98,6 +99,7 @@ def test_a_started_sandbox_serves_the_first_build_and_a_build_worker_imports_no_
 
 
 # ----------------------------------------------------------------- builds on Ray
+@pytest.mark.slow
 @pytest.mark.ray
 def test_ray_builder_recovers_from_hanging_build(local_ray, llvm_target) -> None:
     from tvm import te
@@ -121,6 +123,7 @@ def test_ray_builder_recovers_from_hanging_build(local_ray, llvm_target) -> None
     assert again[0].error_msg is None
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 @pytest.mark.parametrize("cause", ["deadline", "stop"])
 def test_builds_still_compiling_when_the_job_ends_are_cancelled(
@@ -152,7 +155,7 @@ def test_builds_still_compiling_when_the_job_ends_are_cancelled(
     took = time.perf_counter() - started
     why = OVER_TIME_BUILDING if cause == "deadline" else STOPPED
     assert [r.error_msg for r in results] == [why, why]
-    assert 2.9 < took < 10  # not the 120 s build timeout
+    assert 2.9 < took < 60  # not the 120 s build timeout (slack for a busy machine)
     for r in results:
         entry = builder.ledger.get(r.artifact_path)
         assert entry.dropped and entry.artifact is None
@@ -211,6 +214,7 @@ def _run_all(pool: RunnerPool, n: int, sleep: float = 0.0) -> list:
     return [f.result(timeout=120) for f in futures], futures
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 @pytest.mark.parametrize("max_batch", [1, 4])
 @pytest.mark.parametrize(
@@ -256,6 +260,7 @@ def test_all_runners_failing_fails_every_candidate_as_a_value(local_ray) -> None
     assert "no healthy device runner" in results[3].error_msg
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_killed_worker_process_is_restarted_and_its_candidate_retried(local_ray) -> None:
     import signal
@@ -275,6 +280,7 @@ def test_killed_worker_process_is_restarted_and_its_candidate_retried(local_ray)
         assert pool.slots[0].failures == 1  # blamed: the candidate succeeded after a restart
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_crashing_kernel_is_not_blamed_on_the_runner(local_ray, llvm_target) -> None:
     """A real kernel that kills every runner it touches: worker_died, the slot stays healthy."""
@@ -312,6 +318,7 @@ def test_fault_policy_is_validated() -> None:
         RunnerPool([], MeasureConfig())
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_two_calls_in_flight_still_measure_one_at_a_time(local_ray) -> None:
     """A second call waits in the actor: measurements never overlap, and a queued call of an
@@ -340,6 +347,7 @@ def test_runner_pool_in_flight_is_validated() -> None:
         RunnerPool([SlotSpec("x")], MeasureConfig(), max_batch=0)
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_batches_still_measure_one_at_a_time_and_answer_each_once(local_ray) -> None:
     """Batched calls: fewer actor calls than candidates, measurements never overlap, one

@@ -66,6 +66,7 @@ def test_cuda_runner_measures_on_every_gpu() -> None:
             runner.shutdown()
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_a_gpu_whose_tvm_has_no_cuda_runtime_is_unusable_and_a_cuda_job_stops_at_once(
     tmp_path,

@@ -54,9 +54,12 @@ def test_short_kernel_repeats_are_sized_once_to_the_minimum() -> None:
     assert len(secs) == 3 and all(s > 0 for s in secs)
     # a warm-up and a single run, a warm-up and 2 more, then a warm-up and 3 repeats of many
     runs = calls - 6
-    assert runs >= 3 * 100
-    spent = runs * statistics.mean(secs)  # the repeats' time, counted in the kernel's runs
-    assert 0.5 * 3 * min_sec <= spent <= 2.0 * 3 * min_sec
+    assert runs >= 3 * 100 and runs % 3 == 0  # one size for the 3 repeats
+    # the repeats' time, counted in the kernel's runs: about the minimum, but the single run
+    # that sized them and the repeats may meet different loads on a busy machine, so only
+    # the order of magnitude is asserted
+    spent = runs * statistics.mean(secs)
+    assert 0.1 * 3 * min_sec <= spent <= 10 * 3 * min_sec
 
 
 def _one_run_ms(n: int) -> float:

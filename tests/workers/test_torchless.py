@@ -36,11 +36,13 @@ def _run(env: dict[str, str]) -> str:
     return proc.stdout
 
 
+@pytest.mark.slow
 def test_tvm_imports_without_torch_and_torch_imports_after() -> None:
     out = _run({})
     assert "torch-with-tvm False" in out and "torch-after True" in out
 
 
+@pytest.mark.slow
 def test_the_hook_can_be_turned_off() -> None:
     out = _run({"TUNEFARM_TVM_IMPORTS_TORCH": "1"})
     assert "torch-with-tvm True" in out

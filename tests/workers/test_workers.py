@@ -43,6 +43,7 @@ def test_measure_config_is_validated() -> None:
         MeasureConfig(build_timeout_s=0)
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_ray_builder_and_runner(llvm_target) -> None:
     import ray
@@ -110,6 +111,7 @@ def _pool_size(_self: object) -> tuple[int, str | None]:
     return tvm.get_global_func("runtime.NumThreads")(), os.environ.get("OMP_NUM_THREADS")
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_cpu_runner_times_kernels_on_the_configured_threads() -> None:
     """Ray starts an actor that reserves no CPU with OMP_NUM_THREADS=1, which TVM's thread
@@ -131,6 +133,7 @@ def test_cpu_runner_times_kernels_on_the_configured_threads() -> None:
         MeasureConfig(threads=0)
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_an_exclusive_runner_returns_once_everything_is_measured(llvm_target) -> None:
     """On the host CPU of a one-node cluster the runner measures alone: run() returns with
@@ -157,6 +160,7 @@ def test_an_exclusive_runner_returns_once_everything_is_measured(llvm_target) ->
         runner.shutdown()
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_a_candidate_far_slower_than_its_tasks_best_is_timed_by_its_single_runs(
     llvm_target,

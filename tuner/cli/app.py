@@ -10,8 +10,8 @@ from typing import Annotated
 import typer
 
 from database.errors import error_summary
-from tuner.cli import cluster, plan, run
-from tuner.cli.common import CompactGroup
+from tuner.cli import cluster, generate, plan, run
+from tuner.cli.common import CONTEXT_SETTINGS, CompactGroup
 from tuner.cli.cost_model import cost_model_app
 from tuner.cli.db import db_app
 
@@ -24,6 +24,7 @@ app = typer.Typer(
     add_completion=True,
     pretty_exceptions_enable=False,
     cls=CompactGroup,
+    context_settings=CONTEXT_SETTINGS,
 )
 app.add_typer(db_app, name="db")
 app.add_typer(cost_model_app, name="cost-model")
@@ -31,6 +32,7 @@ app.add_typer(cost_model_app, name="model", hidden=True)  # the old name, for sc
 run.register(app)  # tune, build, bench
 cluster.register(app)  # submit, jobs, status, logs, workers
 plan.register(app)  # plan, profile record
+generate.register(app)  # generate (decoder LLMs)
 
 
 def _version(value: bool) -> None:

@@ -13,49 +13,30 @@ come from Ray's state API on the same address.
 from __future__ import annotations
 
 import asyncio
-import json
+import dataclasses
 import shutil
 import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
 from tuner.cli.common import (
-    ArchOpt,
-    CostModelOpt,
-    DbOpt,
-    EntryOpt,
-    ExchangeOpt,
-    GainOpt,
-    JobOpt,
-    KeepParamsOpt,
-    MinRepeatOpt,
+    JsonOpt,
     ModelArg,
-    PerIterOpt,
-    ScreenOpt,
-    SeedOpt,
-    ShapeOpt,
-    SiblingsOpt,
-    TargetOpt,
-    TimeBudgetOpt,
-    TransferOpt,
-    TrialsOpt,
-    UntilConvergedOpt,
+    TuneOptions,
     check_model_file,
-    check_output_file,
-    check_tune_options,
     console,
-    converge_gain,
     err_console,
-    open_storage,
-    parse_duration,
+    print_json,
     user_errors,
+    with_tune_options,
 )
+from tuner.cli.render import json_text
 from tuner.cluster.address import ray_address
 from tuner.cluster.client import (
     cluster_workers,
@@ -69,6 +50,9 @@ from tuner.cluster.client import (
 )
 from tuner.errors import TuneFarmError
 
+if TYPE_CHECKING:
+    from tuner.services import ModelSource
+
 AddressOpt = Annotated[
     str | None,
     typer.Option(
@@ -80,31 +64,12 @@ AddressOpt = Annotated[
         show_default="$TUNEFARM_RAY_DASHBOARD, $RAY_API_SERVER_ADDRESS or http://127.0.0.1:8265",
     ),
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
 def submit(
     model: ModelArg,
+    opts: TuneOptions,
     address: AddressOpt = None,
-    target: TargetOpt = "llvm",
-    arch: ArchOpt = None,
-    trials: TrialsOpt = 64,
-    db: DbOpt = None,
-    job: JobOpt = None,
-    seed: SeedOpt = None,
-    per_iter: PerIterOpt = 64,
-    min_repeat_ms: MinRepeatOpt = 50,
-    screen: ScreenOpt = 2.0,
-    shape: ShapeOpt = None,
-    entry: EntryOpt = "Module",
-    keep_params: KeepParamsOpt = False,
-    cost_model: CostModelOpt = "tunefarm",
-    transfer: TransferOpt = False,
-    siblings: SiblingsOpt = 4,
-    exchange: ExchangeOpt = False,
-    time_budget: TimeBudgetOpt = None,
-    until_converged: UntilConvergedOpt = False,
-    gain: GainOpt = 0.02,
     python: Annotated[
         str, typer.Option(help="Python of TuneFarm's environment on the cluster.")
     ] = "python",
@@ -121,38 +86,17 @@ def submit(
     from tuner.symbolic.buckets import parse_shape_options
     from tuner.targets import resolve_target
 
-    # everything that can be checked here is, before contacting the cluster
+    # everything that can be checked here is, before contacting the cluster (the options
+    # were checked when opts was made)
     check_model_file(model)
-    check_tune_options(trials, per_iter, min_repeat_ms, siblings, screen)
-    parse_duration("--time-budget", time_budget)
-    converge_gain(until_converged, gain)  # checked here, before contacting the cluster
-    if target in ("llvm", "arm64") or target.lstrip().startswith("{"):
-        resolve_target(target, arch)  # cuda's arch may come from the cluster's GPU
-    parse_shape_options(shape or [])
+    if opts.target in ("llvm", "arm64") or opts.target.lstrip().startswith("{"):
+        resolve_target(opts.target, opts.arch)  # cuda's arch may come from the cluster's GPU
+    parse_shape_options(opts.shape or [])
     job_runtime_env(".", rpc_tracker, rpc_key)
     client = job_client(address)
-    name = job or f"{model.stem}-{time.strftime('%Y%m%d-%H%M%S')}"
-    options = {
-        "--target": target,
-        "--arch": arch,
-        "--trials": trials,
-        "--db": db,
-        "--job": name,
-        "--seed": seed,
-        "--per-iter": per_iter,
-        "--min-repeat-ms": min_repeat_ms,
-        "--screen": screen,
-        "--shape": shape or [],
-        "--entry": entry,
-        "--keep-params": keep_params,
-        "--cost-model": cost_model,
-        "--transfer": transfer,
-        "--siblings": siblings,
-        "--exchange": exchange,
-        "--time-budget": time_budget,
-        "--until-converged": until_converged,
-        "--gain": gain if until_converged else None,
-    }
+    name = opts.job or f"{model.stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    options = dataclasses.replace(opts, job=name).flags()
+    target, trials, db = opts.target, opts.trials, opts.db
     submission_id = f"tunefarm-{name}-{uuid.uuid4().hex[:6]}"
     with tempfile.TemporaryDirectory(prefix="tunefarm-submit-") as work:
         shutil.copy2(model, Path(work) / model.name)
@@ -195,21 +139,28 @@ def _duration(info: Any) -> str:
     return f"{(end - info.start_time) / 1000:.0f} s"
 
 
+# where the jobs of `tunefarm tune` without a cluster are
+LOCAL_JOBS = "the jobs of a local tune are in its database: tunefarm db list --jobs [--db URL]"
+
+
 def jobs(
     address: AddressOpt = None,
     show_all: Annotated[bool, typer.Option("--all", help="Include non-TuneFarm jobs.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """List the cluster's tune jobs, newest first."""
-    client = job_client(address)
+    """List the cluster's tune jobs, newest first (jobs run without a cluster are in the
+    database: tunefarm db list --jobs)."""
     try:
+        client = job_client(address)
         found = client.list_jobs()
+    except TuneFarmError as err:
+        raise TuneFarmError(f"{err}; {LOCAL_JOBS}") from None
     except Exception as err:
-        raise TuneFarmError(f"cannot list jobs: {failure_reason(err)}") from None
+        raise TuneFarmError(f"cannot list jobs: {failure_reason(err)}; {LOCAL_JOBS}") from None
     found = [j for j in found if show_all or (j.metadata or {}).get("tunefarm")]
     found.sort(key=lambda j: j.start_time or 0, reverse=True)
     if as_json:
-        print(json.dumps([job_dict(j) for j in found], indent=2))
+        print_json([job_dict(j) for j in found])
         return
     table = Table(title=f"jobs on {dashboard_url(address)}")
     for col in ("job", "status", "model", "target", "trials", "started", "duration"):
@@ -242,7 +193,7 @@ def status(
     info = job_info(job_client(address), job)
     data = job_dict(info)
     if as_json:
-        print(json.dumps(data, indent=2))
+        print_json(data)
         return
     console.print(f"[bold]{escape(data['id'])}[/bold]: {data['status']}", highlight=False)
     if data["message"]:
@@ -290,7 +241,7 @@ def workers(address: AddressOpt = None, as_json: JsonOpt = False) -> None:
     """The cluster's nodes, devices, resources, runners, and which are busy or quarantined."""
     rows = cluster_workers(address)
     if as_json:
-        print(json.dumps(rows, indent=2))
+        print_json(rows)
         return
     table = Table(title=f"workers of {dashboard_url(address)}")
     for col in ("node", "ip", "state", "CPU", "GPU", "memory", "devices", "runners", "busy"):
@@ -322,27 +273,24 @@ def workers(address: AddressOpt = None, as_json: JsonOpt = False) -> None:
 
 def register(app: typer.Typer) -> None:
     """Add the cluster commands to the ``tunefarm`` app."""
-    for fn in (submit, jobs, status, logs, workers):
+    app.command(name="submit")(user_errors(with_tune_options(submit)))
+    for fn in (jobs, status, logs, workers):
         app.command(name=fn.__name__)(user_errors(fn))
 
 
 # ----------------------------------------------------------------- bench --address
 def bench_cluster(
-    model: Path,
+    source: ModelSource,
     address: str | None,
     devices: list[str] | None,
-    db: str | None,
     shape: list[str] | None,
-    json_out: Path | None,
-    entry: str,
-    keep_params: bool,
+    as_json: bool,
+    output: Path | None,
 ) -> None:
     """``tunefarm bench MODEL --address RAY [--devices KIND,...]``: one row per device kind."""
     import itertools
 
     from tuner.cluster.bench import bench_on_cluster, parse_devices
-    from tuner.model import load_model
-    from tuner.progress import fmt_sec
     from tuner.symbolic.buckets import choose_buckets, parse_shape_options
     from workers.config import MeasureConfig
     from workers.connection import RayConnection
@@ -351,16 +299,13 @@ def bench_cluster(
         raise TuneFarmError("--devices needs --address (the Ray cluster to bench on)")
     kinds = parse_devices(devices)  # before anything slow: a typo is one line at once
     given = parse_shape_options(shape or [])
-    if json_out is not None and str(json_out) != "-":
-        check_output_file(json_out, "--json")
     ray_addr = ray_address(address)  # reachable, before loading the model
-    loaded = load_model(model, entry, keep_params=keep_params)
+    loaded = source.load()
     buckets = choose_buckets(loaded.mod, given, loaded.shape_vars)
     # the values given, else the largest bucket of each symbolic variable
     values = {name: given.get(name) or [vals[-1]] for name, vals in buckets.items()}
     shapes = [dict(zip(values, c, strict=True)) for c in itertools.product(*values.values())]
-    storage = open_storage(db, create=False)
-    as_json = json_out is not None and str(json_out) == "-"
+    storage = source.storage(create=False)
     log = None if as_json else (lambda msg: err_console.print(escape(msg), highlight=False))
     config = MeasureConfig(number=1, repeat=5, min_repeat_ms=50, run_timeout_s=300)
     try:
@@ -368,15 +313,17 @@ def bench_cluster(
             results = bench_on_cluster(loaded, storage, kinds, shapes or [{}], config, log)
     except ConnectionError as err:
         raise TuneFarmError(f"cannot reach the Ray cluster at {address}: {err}") from None
+    model = source.path
     payload = {"model": model.name, "results": [r.to_dict() for r in results]}
     if as_json:
-        print(json.dumps(payload, indent=2))
+        print_json(payload)
     else:
         table = Table(title=f"{model.name} on the cluster: tuned vs untuned default")
         cols = ("device", "target", "shape", "untuned", "tuned", "speedup", "tuned kernels")
         for col in cols:
             table.add_column(col, justify="left" if col in cols[:3] else "right")
-        from tuner.bench import shape_label
+        from tuner.bench.results import shape_label
+        from tuner.progress import fmt_sec
 
         for r in results:
             label = shape_label(r.shape)
@@ -393,7 +340,7 @@ def bench_cluster(
         for r in results:
             if r.error:
                 err_console.print(f"[red]{escape(r.kind)}:[/red] {escape(r.error)}")
-        if json_out is not None:
-            json_out.write_text(json.dumps(payload, indent=2))
+    if output is not None:
+        output.write_text(json_text(payload))
     if any(r.error for r in results):
         raise typer.Exit(2)

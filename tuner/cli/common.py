@@ -2,29 +2,51 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import inspect
 import math
-import os
-import re
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar, get_type_hints
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from typer._click import exceptions as click_errors  # typer 0.29 vendors click as _click
-from typer.core import TyperGroup
+from typer.core import TyperGroup, TyperOption
 
-from database import DatabaseError, Storage, default_url
+from database import DatabaseError, Storage
+from tuner.cli.checks import (  # noqa: F401 (the commands' checks, one import away)
+    check_library_output,
+    check_model_file,
+    check_output_file,
+    check_range,
+    parse_duration,
+)
 from tuner.cluster.address import ADDRESS_FORMS
 from tuner.errors import JobInterrupted, TuneFarmError
+
+if TYPE_CHECKING:
+    from tuner.job import TuneConfig
 
 # Wide enough for the tables when output goes to a file or a pipe (rich's default is 80).
 console = Console(width=None if sys.stdout.isatty() else 120)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 F = TypeVar("F", bound=Callable[..., Any])
+# `-h` as well as `--help` on every command (sub-apps inherit the root's context settings)
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
+
+
+def _flag_type(self: TyperOption, ctx: Any) -> str | None:
+    """No type column for a flag: ``--json`` takes no value, so no ``<bool>`` beside it."""
+    return None if self.is_flag else _option_type(self, ctx)
+
+
+_option_type = TyperOption.display_type_rich
+TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign]
 
 ModelArg = Annotated[
     Path,
@@ -79,7 +101,21 @@ def user_errors(fn: F) -> F:
 
 
 def open_storage(url: str | None, *, create: bool = True) -> Storage:
-    return Storage(url or default_url(), create=create)
+    return Storage(url, create=create)  # None: $TUNEFARM_DB (named in errors) or the default
+
+
+def print_json(data: Any) -> None:
+    """The one ``--json`` convention: the command's result as JSON on stdout, nothing else."""
+    import json
+
+    print(json.dumps(data, indent=2, default=str))
+
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
+OutputJsonOpt = Annotated[
+    Path | None,
+    typer.Option("--output", "-o", help="Also write the results as JSON to this file."),
+]
 
 
 class CompactGroup(TyperGroup):
@@ -115,76 +151,6 @@ def _usage_error(err: click_errors.ClickException) -> int:
         text = f"{text.rstrip('. ')} (try '{ctx.command_path} {ctx.help_option_names[0]}')"
     err_console.print(f"[red]error:[/red] {escape(text)}", highlight=False, soft_wrap=True)
     return err.exit_code
-
-
-# ----------------------------------------------------------------- checks before any work
-def check_model_file(path: Path) -> None:
-    """Before any work: the model path is one ``load_model`` can read."""
-    from tuner.model import check_model_path
-
-    check_model_path(path)
-
-
-def check_output_file(path: Path, flag: str) -> None:
-    """An output file the command can write (``flag`` names the option in the error)."""
-    if path.is_dir():
-        raise TuneFarmError(f"{flag} {path} is a directory: give a file path")
-    folder = path.parent
-    if not folder.is_dir():
-        raise TuneFarmError(f"{flag} {path}: folder does not exist: {folder}")
-    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise TuneFarmError(f"{flag} {path}: not writable")
-
-
-def check_tune_options(
-    trials: int, per_iter: int, min_repeat_ms: int, siblings: int = 0, screen: float = 2.0
-) -> None:
-    """Range checks of the tune options, naming the option."""
-    if trials < 1:
-        raise TuneFarmError(f"--trials must be at least 1 (got {trials})")
-    if per_iter < 1:
-        raise TuneFarmError(f"--per-iter must be at least 1 (got {per_iter})")
-    if min_repeat_ms < 0:
-        raise TuneFarmError(f"--min-repeat-ms must be 0 or more milliseconds (got {min_repeat_ms})")
-    if siblings < 0:
-        raise TuneFarmError(f"--siblings must be 0 or more (got {siblings})")
-    if not (screen == 0 or 1 <= screen < math.inf):
-        raise TuneFarmError(f"--screen must be 0 (off) or at least 1 (got {screen:g})")
-
-
-DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def parse_duration(flag: str, text: str | None) -> float | None:
-    """Seconds from ``90``, ``90s``, ``2.5m``, ``1h`` or ``1h30m`` (None stays None)."""
-    if text is None:
-        return None
-    number = r"\s*(\d+(?:\.\d+)?)\s*"
-    low = text.lower()
-    if re.fullmatch(number, low):
-        total = float(low)
-    elif re.fullmatch(f"(?:{number}[smh])+\\s*", low):
-        total = sum(float(n) * DURATION_UNITS[u] for n, u in re.findall(f"{number}([smh])", low))
-    else:
-        total = 0.0
-    if not 0 < total < math.inf:
-        raise TuneFarmError(
-            f"{flag} must be a positive duration like 90s, 10m or 1h30m (got {text!r})"
-        )
-    return total
-
-
-def check_range(flag: str, value: float | None, low: float, high: float) -> None:
-    """``value`` is None or a finite number in [low, high]."""
-    if value is not None and not (math.isfinite(value) and low <= value <= high):
-        raise TuneFarmError(f"{flag} must be between {low:g} and {high:g} (got {value})")
-
-
-def converge_gain(until_converged: bool, gain: float) -> float | None:
-    """The threshold of ``--until-converged [--gain G]`` (None: not asked for); G checked."""
-    if not (math.isfinite(gain) and 0 < gain < 1):
-        raise TuneFarmError(f"--gain must be between 0 and 1, exclusive (got {gain:g})")
-    return gain if until_converged else None
 
 
 # Options of a tune job, shared by `tune` and `submit` (which forwards them to `tune`).
@@ -281,7 +247,210 @@ GainOpt = Annotated[
         "which a task is converged.",
     ),
 ]
-
 CostModelOpt = Annotated[
     str, typer.Option("--cost-model", help="Cost model: tunefarm, xgb (stock) or random.")
 ]
+ShapeProfileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--shape-profile",
+        help="Observed values of the symbolic dims: CSV var,value,count (one variable) or "
+        'VAR1,VAR2,count (joint tuples), or JSON {"s": {"17": 1200}} (see '
+        "docs/symbolic-shapes.md).",
+    ),
+]
+StagesOpt = Annotated[
+    int,
+    typer.Option(
+        "--stages",
+        help="With --shape-profile: spend the budget in this many stages, each re-planned from "
+        "what the earlier ones measured (1: the first plan only).",
+    ),
+]
+
+MAX_TRIALS = 1_000_000  # a budget beyond any search this service runs: a typo
+MAX_SEED = 2**31 - 1  # MetaSchedule's random engine takes a 32-bit signed seed
+MAX_REPEAT_MS = 60_000
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    """The options of a tune job, declared once: ``tune`` and ``submit`` (which forwards them
+    to ``tune`` on the cluster) take them all (:func:`with_tune_options`). Validated at
+    construction, before anything starts: one line naming the option."""
+
+    target: TargetOpt = "llvm"
+    arch: ArchOpt = None
+    trials: TrialsOpt = 64
+    db: DbOpt = None
+    job: JobOpt = None
+    seed: SeedOpt = None
+    per_iter: PerIterOpt = 64
+    min_repeat_ms: MinRepeatOpt = 50
+    screen: ScreenOpt = 2.0
+    shape: ShapeOpt = None
+    entry: EntryOpt = "Module"
+    keep_params: KeepParamsOpt = False
+    cost_model: CostModelOpt = "tunefarm"
+    transfer: TransferOpt = False
+    siblings: SiblingsOpt = 4
+    exchange: ExchangeOpt = False
+    time_budget: TimeBudgetOpt = None
+    until_converged: UntilConvergedOpt = False
+    gain: GainOpt = 0.02
+
+    def __post_init__(self) -> None:
+        _check_int("--trials", self.trials, 1, MAX_TRIALS)
+        _check_int("--per-iter", self.per_iter, 1, MAX_TRIALS)
+        _check_int("--min-repeat-ms", self.min_repeat_ms, 0, MAX_REPEAT_MS, "milliseconds")
+        _check_int("--siblings", self.siblings, 0, MAX_TRIALS)
+        if self.seed is not None:
+            _check_int("--seed", self.seed, 0, MAX_SEED)
+        if not (self.screen == 0 or 1 <= self.screen < math.inf):
+            raise TuneFarmError(f"--screen must be 0 (off) or at least 1 (got {self.screen:g})")
+        parse_duration("--time-budget", self.time_budget)
+        if not (math.isfinite(self.gain) and 0 < self.gain < 1):
+            raise TuneFarmError(f"--gain must be between 0 and 1, exclusive (got {self.gain:g})")
+
+    @property
+    def time_budget_sec(self) -> float | None:
+        return parse_duration("--time-budget", self.time_budget)
+
+    def source(self, model: Path) -> Any:
+        """The model as :mod:`tuner.services` reads it (:class:`~tuner.services.ModelSource`)."""
+        from tuner.services import ModelSource
+
+        return ModelSource(model, self.target, self.arch, self.db, self.entry, self.keep_params)
+
+    def config(self, search: str = "auto") -> TuneConfig:
+        """The job's :class:`~tuner.job.TuneConfig`."""
+        from tuner.job import TuneConfig
+        from workers.config import MeasureConfig
+
+        return TuneConfig(
+            trials=self.trials,
+            trials_per_iter=self.per_iter,
+            seed=self.seed,
+            job_name=self.job,
+            measure=MeasureConfig(min_repeat_ms=self.min_repeat_ms, screen=self.screen),
+            cost_model=self.cost_model,
+            transfer=self.transfer,
+            siblings=self.siblings,
+            exchange=self.exchange,
+            search=search,
+            time_budget_sec=self.time_budget_sec,
+            until_converged=self.gain if self.until_converged else None,
+        )
+
+    def flags(self) -> dict[str, Any]:
+        """``--flag: value`` of every option, as ``tune`` reads them (``submit`` forwards these)."""
+        return {
+            _flag_of(f.name): getattr(self, f.name) if f.name != "shape" else self.shape or []
+            for f in dataclasses.fields(self)
+        }
+
+
+def tune_and_print(
+    model: Path,
+    opts: TuneOptions,
+    address: str | None,
+    as_json: bool,
+    shape_profile: Path | None,
+    stages: int,
+    search: str = "auto",
+) -> None:
+    """Tune, at the given buckets or (with ``shape_profile``) as planned, and print it
+    (``tune``, and ``plan --tune``)."""
+    from tuner import services
+    from tuner.cli import render
+
+    config = opts.config(search)
+    from tuner.progress import JobProgress, LineProgress
+
+    def progress() -> JobProgress | None:
+        if as_json:
+            return None
+        return render.LiveProgress(console) if console.is_terminal else LineProgress()
+
+    if shape_profile is None:
+        summary = services.tune_model(
+            opts.source(model), config, opts.shape or [], address=address, progress=progress
+        )
+        if as_json:
+            print_json(summary.to_dict())
+        else:
+            render.print_tune_summary(console, summary)
+        return
+
+    def show_plan(plan: object, stage: int, of: int) -> None:
+        if not as_json:
+            if of > 1:
+                console.print(f"[bold]stage {stage} of {of}[/bold]")
+            render.print_plan(console, plan)
+
+    run = services.tune_planned(
+        opts.source(model),
+        shape_profile,
+        stages,
+        config,
+        address=address,
+        progress=progress,
+        on_plan=show_plan,
+        on_summary=(lambda s: None)
+        if as_json
+        else (lambda s: render.print_tune_summary(console, s)),
+    )
+    if as_json:
+        print_json(run.to_dict())
+
+
+def _check_int(flag: str, value: int, low: int, high: int, unit: str = "") -> None:
+    """``value`` in [low, high], else one line naming ``flag``."""
+    unit = f" {unit}" if unit else ""
+    if value < low:
+        need = "0 or more" if low == 0 else f"at least {low}"
+        raise TuneFarmError(f"{flag} must be {need}{unit} (got {value})")
+    if value > high:
+        raise TuneFarmError(f"{flag} must be at most {high:,}{unit} (got {value:,})")
+
+
+def _flag_of(field: str) -> str:
+    """The command-line flag of a :class:`TuneOptions` field (``per_iter`` -> ``--per-iter``)."""
+    info = get_type_hints(TuneOptions, include_extras=True)[field].__metadata__[0]
+    longs = [d for d in info.param_decls if d.startswith("--")]
+    return longs[0] if longs else "--" + field.replace("_", "-")
+
+
+def with_tune_options(fn: F) -> F:
+    """Give the command ``fn(model, opts: TuneOptions, ...)`` every :class:`TuneOptions`
+    field as an option of its own (after its leading arguments); the command receives them
+    validated as one ``opts``."""
+    hints = get_type_hints(fn, include_extras=True)
+    option_hints = get_type_hints(TuneOptions, include_extras=True)
+    own = [
+        p.replace(annotation=hints[p.name], kind=inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        for p in inspect.signature(fn).parameters.values()
+        if p.name != "opts"
+    ]
+    lead = [p for p in own if p.default is inspect.Parameter.empty]
+    shared = [
+        inspect.Parameter(
+            f.name,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            default=f.default,
+            annotation=option_hints[f.name],
+        )
+        for f in dataclasses.fields(TuneOptions)
+    ]
+    params = [*lead, *shared, *[p for p in own if p not in lead]]
+    names = {f.name for f in dataclasses.fields(TuneOptions)}
+
+    @functools.wraps(fn)
+    def command(**kwargs: Any) -> Any:
+        opts = TuneOptions(**{k: kwargs.pop(k) for k in names})
+        return fn(opts=opts, **kwargs)
+
+    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in params}
+    del command.__wrapped__  # typer reads the signature above, not fn's
+    return command  # type: ignore[return-value]

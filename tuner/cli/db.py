@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from database.storage import Storage, default_url, redact
+from database.storage import Storage, redact
 from tuner.cli.common import DbOpt, check_range, console, open_storage, user_errors
 from tuner.errors import TuneFarmError
 from tuner.progress import fmt_sec
@@ -45,14 +45,22 @@ def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
 @db_app.command("stats")
 @user_errors
 def db_stats(db: DbOpt = None, as_json: JsonOpt = False) -> None:
-    """Counts of workloads, tuning records (valid and failed), jobs and targets."""
+    """Counts of workloads, schedules, tuning records (valid and failed), jobs and targets."""
     from database.queries import stats
 
     data = stats(open_storage(db, create=False))
     if as_json:
         print(json.dumps(data))
         return
-    keys = ("workloads", "records", "valid_records", "failed_records", "jobs", "targets")
+    keys = [
+        "workloads",
+        "schedules",
+        "records",
+        "valid_records",
+        "failed_records",
+        "jobs",
+        "targets",
+    ]
     _table("schedule database", ["what", "count"], [[k.replace("_", " "), data[k]] for k in keys])
 
 
@@ -109,7 +117,12 @@ def db_best(
     task: TaskOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """The best record of every (workload, target), with where and when it was measured."""
+    """The best schedule of every (workload, target), with its evidence and where it was
+    measured.
+
+    The best is the schedule with the lowest median over the run times of all its records.
+    --json gives per kernel ``runs`` (timed runs pooled), ``samples``, ``median`` (seconds),
+    ``spread`` (IQR / median) and ``confirmed`` (timed in more than one run)."""
     from database.queries import best_records
 
     data = best_records(open_storage(db, create=False), target_kind=kind, task=task)
@@ -122,14 +135,16 @@ def db_best(
             r["task"],
             _bucket(r["bucket"]),
             f"{r['target_kind']}/{r['target_arch'] or '-'}",
-            fmt_sec(r["mean_sec"]),
+            fmt_sec(r["median"]),
+            f"{100 * r['spread']:.0f}%" if r["spread"] is not None else None,
+            f"{r['runs']}{' ✓' if r['confirmed'] else ''}",
             f"{r['gflops']:.1f}" if r["gflops"] else None,
             (r["device"] or "")[:40] or None,
             r["job_id"],
         ]
         for r in data
     ]
-    cols = ["id", "task", "bucket", "target", "best", "GFLOPS", "device", "job"]
+    cols = ["id", "task", "bucket", "target", "median", "spread", "runs", "GFLOPS", "device", "job"]
     _table("best records", cols, rows)
 
 
@@ -326,10 +341,17 @@ def db_check(
 @db_app.command("upgrade")
 @user_errors
 def db_upgrade(db: DbOpt = None) -> None:
-    """Bring the database's schema to this TuneFarm's newest revision (Alembic)."""
+    """Bring the database's schema to this TuneFarm's newest revision (Alembic); in an empty
+    database (a new SQLite file, a PostgreSQL database without tables), create it."""
     from database import migrate
 
-    storage = Storage(db or default_url(), create=False, check_schema=False)
+    storage = Storage(db, create=True, check_schema=False)
+    if storage.created:
+        console.print(
+            f"created the TuneFarm schema in {redact(storage.url)} "
+            f"(revision {migrate.head_revision()})"
+        )
+        return
     before, after = migrate.upgrade(storage.engine)
     if before == after:
         console.print(f"{redact(storage.url)} is up to date (revision {after})")

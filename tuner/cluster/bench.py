@@ -147,7 +147,7 @@ def args_info_of(model: Model, shape: dict[str, int]) -> list[list[Any]]:
     """``[("TENSOR", dtype, shape), ...]`` of ``main``'s parameters at ``shape``."""
     from tvm import relax
 
-    from tuner.bench import eval_dim
+    from tuner.bench.timing import eval_dim
 
     out: list[list[Any]] = []
     for param in model.mod["main"].params:

@@ -41,7 +41,7 @@ class TuneConfig:
     # seed each bucket's search with the refitted best schedules of its other buckets
     # (database.transfer; opt-in: two benchmark seeds were inconclusive)
     transfer: bool = False
-    # a planned split (tuner.symbolic.planner): task name -> the records it should have after the
+    # a planned split (tuner.planner): task name -> the records it should have after the
     # job; each listed task is searched on its own up to its count (None: the gradient
     # scheduler shares the budget)
     task_trials: tuple[tuple[str, int], ...] | None = None

@@ -105,7 +105,8 @@ class JobRecorder(PyMeasureCallback):
         runner_results: list[Any],
     ) -> dict[int, list[float]]:
         """The round's fastest candidate, when it beats the task's best, measured once more:
-        {index: the second measurement's run times}, its record the mean of both. If that
+        {index: the second measurement's run times}, stored as a record of its own (the
+        schedule's evidence pools both; the task's live best is their mean). If that
         mean falls behind the round's next fastest, which also beats the best, that one is
         measured again too (at most :data:`MAX_CONFIRMATIONS` a round). Of hundreds of
         candidates timed once, the fastest is also the luckiest timing (on a 2-vCPU VM one
@@ -168,11 +169,11 @@ class JobRecorder(PyMeasureCallback):
             if entry is not None and entry.dropped:
                 continue
             secs = [float(s) for s in r_res.run_secs] if r_res.run_secs else None
-            if secs and i in confirmed:
-                secs += confirmed[i]
+            again = confirmed.get(i) if secs else None
             state.trials += 1
             if r_res.error_msg is None and secs:
-                mean = sum(secs) / len(secs)
+                pooled = secs + (again or [])
+                mean = sum(pooled) / len(pooled)
                 state.best_sec = mean if state.best_sec is None else min(state.best_sec, mean)
             else:
                 state.failed += 1
@@ -187,6 +188,10 @@ class JobRecorder(PyMeasureCallback):
                     entry, workload, trace, args_info, self.target, self.job_id, secs, error
                 )
             )
+            if again and error is None:  # the confirmation: a timed run, a record of its own
+                batch.append(
+                    measurement(entry, workload, trace, args_info, self.target, self.job_id, again)
+                )
         # a resumed hit is one of the records counted in trials_before; the round's records
         # and the job's progress land in one commit
         self.db.add_round(batch, (self.job_id, {"trials_done": self.trials_before + self.measured}))

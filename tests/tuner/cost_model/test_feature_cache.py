@@ -71,6 +71,7 @@ def key(llvm_target) -> TargetKey:
     return TargetKey.of(llvm_target)
 
 
+@pytest.mark.slow
 def test_second_load_is_served_from_the_cache(any_url, cm_db, key) -> None:
     storage = _copy_history(cm_db.url, any_url)
     first = load_dataset(storage, key)
@@ -88,6 +89,7 @@ def test_second_load_is_served_from_the_cache(any_url, cm_db, key) -> None:
     assert after.replayed == 0 and list(after.record_id) == list(first.record_id[-2:])
 
 
+@pytest.mark.slow
 def test_feature_version_or_workload_change_invalidates(cm_db, key, sqlite_url) -> None:
     storage = _copy_history(cm_db.url, sqlite_url)
     first = load_dataset(storage, key)
@@ -111,6 +113,7 @@ def test_feature_version_or_workload_change_invalidates(cm_db, key, sqlite_url) 
     assert load_dataset(storage, key).replayed == 0
 
 
+@pytest.mark.slow
 def test_read_only_sqlite_loads_without_caching(cm_db, key, tmp_path) -> None:
     path = tmp_path / "pack.db"
     _copy_history(cm_db.url, f"sqlite:///{path}").dispose()
@@ -130,6 +133,7 @@ def test_read_only_sqlite_loads_without_caching(cm_db, key, tmp_path) -> None:
     _same(first, cached)
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_read_only_postgres_role_loads_without_caching(cm_db, key, tmp_path) -> None:
     from tests.conftest import pg_database
@@ -157,6 +161,7 @@ def test_read_only_postgres_role_loads_without_caching(cm_db, key, tmp_path) -> 
             admin.dispose()
 
 
+@pytest.mark.slow
 def test_model_caches_the_features_of_measured_candidates(cm_db, key, llvm_target, sqlite_url):
     """What the job does after its search: the cost model stores the features it computed for
     its measured candidates against their records; they equal a replay's."""
@@ -181,6 +186,7 @@ def test_model_caches_the_features_of_measured_candidates(cm_db, key, llvm_targe
         np.testing.assert_allclose(p, q, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_model_featurizes_each_candidate_once(cm_db, key, llvm_target, monkeypatch) -> None:
     """The evolutionary search scores candidates it has scored before and ``update`` the
     measured ones again: the model featurizes each (workload, schedule) once, with the same

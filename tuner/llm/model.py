@@ -1,0 +1,241 @@
+"""The decoder as a ``tvm.relax.frontend.nn`` module: one ``main`` that runs ``prompt`` new
+tokens after ``context`` cached ones (prefill: ``context = 0``; decode: ``prompt = 1``), the KV
+cache as explicit tensors ``[layers, length, kv_heads, head_dim]`` passed in and returned.
+
+Parameter names equal the Hugging Face state-dict names (GPT-2's ``Conv1D`` weights are
+transposed on load), so :mod:`tuner.llm.weights` maps a ``model.safetensors`` one to one.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import tvm
+from tvm.relax.frontend import nn
+from tvm.relax.frontend.nn import op
+
+from tuner.llm.config import DecoderConfig
+
+PROMPT = "prompt"
+CONTEXT = "context"
+
+
+def rope_tables(cfg: DecoderConfig) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin ``[max_positions, head_dim]`` as Hugging Face's default rotary embedding."""
+    d = cfg.head_dim
+    inv = 1.0 / (cfg.rope_theta ** (np.arange(0, d, 2, dtype=np.int64).astype(np.float32) / d))
+    freqs = np.outer(np.arange(cfg.max_positions, dtype=np.float32), inv.astype(np.float32))
+    emb = np.concatenate([freqs, freqs], axis=-1).astype(np.float32)
+    return np.cos(emb), np.sin(emb)
+
+
+class _Attention(nn.Module):
+    def __init__(self, cfg: DecoderConfig) -> None:
+        self.cfg = cfg
+        h, kv, d, bias = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.attention_bias
+        if cfg.family == "gpt2":
+            self.c_attn = nn.Linear(cfg.hidden_size, 3 * h * d, bias=True)
+            self.c_proj = nn.Linear(h * d, cfg.hidden_size, bias=True)
+        else:
+            self.q_proj = nn.Linear(cfg.hidden_size, h * d, bias=bias)
+            self.k_proj = nn.Linear(cfg.hidden_size, kv * d, bias=bias)
+            self.v_proj = nn.Linear(cfg.hidden_size, kv * d, bias=bias)
+            o_bias = bias and cfg.model_type != "qwen2"
+            self.o_proj = nn.Linear(h * d, cfg.hidden_size, bias=o_bias)
+
+    def forward(
+        self,
+        x: nn.Tensor,
+        rope: tuple[nn.Tensor, nn.Tensor] | None,
+        past: tuple[nn.Tensor, nn.Tensor],
+        positions: nn.Tensor,
+    ) -> tuple[nn.Tensor, nn.Tensor, nn.Tensor]:
+        cfg = self.cfg
+        b, n, _ = x.shape
+        h, kv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        if cfg.family == "gpt2":
+            q, k, v = op.split(op.reshape(self.c_attn(x), (b, n, 3 * h, d)), 3, axis=2)
+        else:
+            q = op.reshape(self.q_proj(x), (b, n, h, d))
+            k = op.reshape(self.k_proj(x), (b, n, kv, d))
+            v = op.reshape(self.v_proj(x), (b, n, kv, d))
+        if rope is not None:
+            q, k = _rotate(q, *rope), _rotate(k, *rope)
+        k = op.concat([past[0], k], dim=1)
+        v = op.concat([past[1], v], dim=1)
+        kk, vv = k, v
+        if kv != h:
+            kk, vv = op.repeat(k, h // kv, axis=2), op.repeat(v, h // kv, axis=2)
+        out = _attention(q, kk, vv, positions, scale=1.0 / math.sqrt(d))
+        out = op.reshape(out, (b, n, h * d))
+        proj = self.c_proj if cfg.family == "gpt2" else self.o_proj
+        return proj(out), k, v
+
+
+def _attention(
+    q: nn.Tensor, k: nn.Tensor, v: nn.Tensor, positions: nn.Tensor, scale: float
+) -> nn.Tensor:
+    """Causal softmax attention on ``[1, len, heads, head_dim]`` tensors: the query at
+    ``positions[i]`` sees the keys at ``0..positions[i]`` (cache first, then the new tokens)."""
+    qt = op.permute_dims(q, [0, 2, 1, 3])
+    kt = op.permute_dims(k, [0, 2, 3, 1])
+    scores = op.matmul(qt, kt)
+    # -1e30 where a key lies after the query; relax ops only, so binding lengths keeps FuseTIR whole
+    keys = op.arange(0, k.shape[1], dtype="int32")
+    after = op.greater(op.reshape(keys, [1, k.shape[1]]), op.reshape(positions, [q.shape[1], 1]))
+    scores = op.add(scores, op.multiply(op.astype(after, "float32"), _const(-1e30)))
+    scores = op.multiply(scores, _const(scale))
+    probs = op.softmax(scores, axis=-1)
+    return op.permute_dims(op.matmul(probs, op.permute_dims(v, [0, 2, 1, 3])), [0, 2, 1, 3])
+
+
+def _const(value: float) -> nn.Tensor:
+    return nn.Tensor.from_const(np.float32(value))
+
+
+def _rotate(x: nn.Tensor, cos: nn.Tensor, sin: nn.Tensor) -> nn.Tensor:
+    """Rotary embedding, Hugging Face's ``rotate_half`` convention; cos/sin ``[1, n, 1, d]``."""
+    x1, x2 = op.split(x, 2, axis=3)
+    rotated = op.concat([op.negative(x2), x1], dim=3)
+    return op.add(op.multiply(x, cos), op.multiply(rotated, sin))
+
+
+class _MLP(nn.Module):
+    def __init__(self, cfg: DecoderConfig) -> None:
+        self.family = cfg.family
+        if cfg.family == "gpt2":
+            self.c_fc = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=True)
+            self.c_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=True)
+        else:
+            self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+            self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+            self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: nn.Tensor) -> nn.Tensor:
+        if self.family == "gpt2":
+            return self.c_proj(op.gelu(self.c_fc(x), approximate="tanh"))
+        return self.down_proj(op.multiply(op.silu(self.gate_proj(x)), self.up_proj(x)))
+
+
+class _Norm(nn.Module):
+    def __init__(self, cfg: DecoderConfig) -> None:
+        self.cfg = cfg
+        self.weight = nn.Parameter((cfg.hidden_size,))
+        if cfg.family == "gpt2":
+            self.bias = nn.Parameter((cfg.hidden_size,))
+
+    def forward(self, x: nn.Tensor) -> nn.Tensor:
+        if self.cfg.family == "gpt2":
+            return op.layer_norm(x, self.cfg.hidden_size, self.weight, self.bias, self.cfg.norm_eps)
+        return op.rms_norm(x, self.weight, axes=-1, epsilon=self.cfg.norm_eps)
+
+
+class _Block(nn.Module):
+    def __init__(self, cfg: DecoderConfig) -> None:
+        if cfg.family == "gpt2":
+            self.ln_1, self.attn, self.ln_2 = _Norm(cfg), _Attention(cfg), _Norm(cfg)
+        else:
+            self.input_layernorm = _Norm(cfg)
+            self.self_attn = _Attention(cfg)
+            self.post_attention_layernorm = _Norm(cfg)
+        self.mlp = _MLP(cfg)
+        self.gpt2 = cfg.family == "gpt2"
+
+    def forward(self, x, rope, past, positions):
+        norm1, attn, norm2 = (
+            (self.ln_1, self.attn, self.ln_2)
+            if self.gpt2
+            else (self.input_layernorm, self.self_attn, self.post_attention_layernorm)
+        )
+        a, k, v = attn(norm1(x), rope, past, positions)
+        x = op.add(x, a)
+        return op.add(x, self.mlp(norm2(x))), k, v
+
+
+class _Body(nn.Module):
+    """``model`` (Llama family) or ``transformer`` (GPT-2): embeddings, blocks, final norm."""
+
+    def __init__(self, cfg: DecoderConfig) -> None:
+        self.cfg = cfg
+        if cfg.family == "gpt2":
+            self.wte = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+            self.wpe = nn.Embedding(cfg.max_positions, cfg.hidden_size)
+            self.h = nn.ModuleList([_Block(cfg) for _ in range(cfg.num_layers)])
+            self.ln_f = _Norm(cfg)
+        else:
+            self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+            self.layers = nn.ModuleList([_Block(cfg) for _ in range(cfg.num_layers)])
+            self.norm = _Norm(cfg)
+            self.rope_cos = nn.Parameter((cfg.max_positions, cfg.head_dim))
+            self.rope_sin = nn.Parameter((cfg.max_positions, cfg.head_dim))
+
+    def forward(self, ids, positions, k_cache, v_cache):
+        cfg = self.cfg
+        n = ids.shape[1]
+        if cfg.family == "gpt2":
+            x = op.add(self.wte(ids), op.reshape(self.wpe(positions), (1, n, cfg.hidden_size)))
+            blocks, final, rope = self.h, self.ln_f, None
+        else:
+            x = self.embed_tokens(ids)
+            shape = (1, n, 1, cfg.head_dim)
+            rope = (
+                op.reshape(op.take(self.rope_cos, positions, axis=0), shape),
+                op.reshape(op.take(self.rope_sin, positions, axis=0), shape),
+            )
+            blocks, final = self.layers, self.norm
+        pasts_k = op.split(k_cache, cfg.num_layers, axis=0) if cfg.num_layers > 1 else [k_cache]
+        pasts_v = op.split(v_cache, cfg.num_layers, axis=0) if cfg.num_layers > 1 else [v_cache]
+        ks, vs = [], []
+        for i, block in enumerate(blocks):
+            x, k, v = block(x, rope, (pasts_k[i], pasts_v[i]), positions)
+            ks.append(k)
+            vs.append(v)
+        return final(x), op.concat(ks, dim=0), op.concat(vs, dim=0)
+
+
+class Decoder(nn.Module):
+    """The whole decoder, one step of ``prompt`` tokens after ``context`` cached ones."""
+
+    def __init__(self, cfg: DecoderConfig) -> None:
+        self.cfg = cfg
+        if cfg.family == "gpt2":
+            self.transformer = _Body(cfg)
+        else:
+            self.model = _Body(cfg)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+
+    def _body(self) -> _Body:
+        return self.transformer if self.cfg.family == "gpt2" else self.model
+
+    def forward(self, input_ids, positions, k_cache, v_cache):
+        """``prompt`` new tokens after ``context`` cached ones: logits ``[1, prompt, vocab]`` and
+        the cache grown to ``context + prompt``. Prefill is ``context = 0``, a decode step
+        ``prompt = 1``; ``positions`` are ``context .. context + prompt - 1``."""
+        hidden, k, v = self._body()(input_ids, positions, k_cache, v_cache)
+        return self.lm_head(hidden), k, v
+
+    def spec(self) -> dict:
+        """The export spec: ``prompt`` and ``context`` are the symbolic lengths."""
+        cfg = self.cfg
+        cache = nn.spec.Tensor([cfg.num_layers, CONTEXT, cfg.num_kv_heads, cfg.head_dim], "float32")
+        return {
+            "forward": {
+                "input_ids": nn.spec.Tensor([1, PROMPT], "int32"),
+                "positions": nn.spec.Tensor([PROMPT], "int32"),
+                "k_cache": cache,
+                "v_cache": cache,
+                "$": {"param_mode": "plain", "effect_mode": "none"},
+            }
+        }
+
+
+def export(cfg: DecoderConfig) -> tuple[tvm.IRModule, list[str]]:
+    """The Relax module (``main``: the step) and its parameter names, in argument order."""
+    model = Decoder(cfg)
+    mod, named = model.export_tvm(spec=model.spec())
+    gv = mod.get_global_var("forward")
+    main = mod[gv]
+    del mod[gv]
+    mod["main"] = main.with_attr("global_symbol", "main")
+    return mod, [name for name, _ in named]

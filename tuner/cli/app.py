@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from database.errors import error_summary
-from tuner.cli import cluster, plan, run
+from tuner.cli import cluster, dashboard, plan, run
 from tuner.cli.common import CompactGroup
 from tuner.cli.cost_model import cost_model_app
 from tuner.cli.db import db_app
@@ -31,6 +31,7 @@ app.add_typer(cost_model_app, name="model", hidden=True)  # the old name, for sc
 run.register(app)  # tune, build, bench
 cluster.register(app)  # submit, jobs, status, logs, workers
 plan.register(app)  # plan, profile record
+dashboard.register(app)  # dashboard
 
 
 def _version(value: bool) -> None:

@@ -31,6 +31,7 @@ PARTS: dict[str, str] = {
     "time-to-quality": "benchmarks.time_to_quality",
     "ceiling": "benchmarks.ceiling",
     "planner": "benchmarks.planner",
+    "dashboard": "benchmarks.dashboard",
 }
 
 

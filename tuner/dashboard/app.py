@@ -32,7 +32,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from database.errors import error_summary
 from tuner.dashboard import queries
 from tuner.dashboard.db import ReadOnlyDatabase
-from tuner.progress import fmt_sec
 
 HERE = Path(__file__).parent
 TOKEN_COOKIE = "tunefarm_token"
@@ -60,6 +59,15 @@ class DashboardConfig:
 
 
 # --------------------------------------------------------------------------- formatting
+def fmt_sec(sec: float | None) -> str:
+    """A kernel's time to three significant digits: ``812 ns``, ``3.49 µs``, ``1.204 ms``."""
+    if sec is None:
+        return "-"
+    if sec < 1e-6:
+        return f"{sec * 1e9:.3g} ns"
+    return f"{sec * 1e6:.3g} µs" if sec < 1e-3 else f"{sec * 1e3:.4g} ms"
+
+
 def fmt_x(value: float | None) -> str:
     """A speedup or ratio: ``3.21x``."""
     return "-" if value is None or not math.isfinite(value) else f"{value:.2f}x"
@@ -69,7 +77,7 @@ def fmt_dur(sec: float | None) -> str:
     """A wall time: ``42 s``, ``3 min 05 s``, ``2 h 01 min``."""
     if sec is None:
         return "-"
-    sec = int(round(sec))
+    sec = round(sec)
     if sec < 60:
         return f"{sec} s"
     if sec < 3600:

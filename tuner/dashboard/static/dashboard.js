@@ -8,7 +8,8 @@ const COLORS = ["#2f6fde", "#d1495b", "#2a9d8f", "#e09f3e", "#7b5ea7", "#4c956c"
 
 function fmtSec(s) {
   if (s === null || s === undefined) return "-";
-  return s < 1e-3 ? (s * 1e6).toFixed(1) + " µs" : (s * 1e3).toFixed(3) + " ms";
+  if (s < 1e-6) return +(s * 1e9).toPrecision(3) + " ns";
+  return s < 1e-3 ? +(s * 1e6).toPrecision(3) + " µs" : +(s * 1e3).toPrecision(4) + " ms";
 }
 function fmtX(x) { return x === null || x === undefined || !isFinite(x) ? "-" : x.toFixed(2) + "x"; }
 function fmtDur(s) {
@@ -54,7 +55,7 @@ function lineChart(container, series, opts) {
   container.textContent = "";
   const W = 560, H = 260, L = 70, R = 12, T = 10, B = 34;
   const withLegend = series.length > 1;
-  const legendRows = withLegend ? Math.ceil(series.length / 3) : 0;
+  const legendRows = withLegend ? Math.ceil(series.length / 2) : 0;
   const root = svg("svg", { viewBox: `0 0 ${W} ${H + legendRows * 16}`, role: "img" });
   container.append(root);
   const pts = series.flatMap((s) => s.points);
@@ -106,10 +107,10 @@ function lineChart(container, series, opts) {
       root.append(path);
     }
     if (withLegend) {
-      const lx = L + (i % 3) * 165, ly = H + 12 + Math.floor(i / 3) * 16;
+      const lx = L + (i % 2) * 240, ly = H + 12 + Math.floor(i / 2) * 16;
       const g = svg("g", { class: "legend" });
       g.append(svg("rect", { x: lx, y: ly - 8, width: 10, height: 10, fill: color }));
-      const label = s.name.length > 26 ? s.name.slice(0, 25) + "…" : s.name;
+      const label = s.name.length > 36 ? s.name.slice(0, 35) + "…" : s.name;
       g.append(svg("text", { x: lx + 14, y: ly + 1 }, label));
       root.append(g);
     }

@@ -96,6 +96,16 @@ def kernel_name(task_name: str | None, shash: str, family: str | None = None) ->
     return task_name or f"kernel {(family or shash)[:8]}"
 
 
+def trace_text(trace_json: str) -> str:
+    """A trace as text: one instruction a line, then the sampling decisions."""
+    trace = json.loads(trace_json)
+    insts, decisions = (trace + [[], []])[:2] if isinstance(trace, list) else ([trace], [])
+    lines = [json.dumps(inst) for inst in insts] or ["(no instruction: the untuned default)"]
+    if decisions:
+        lines += ["", "decisions:", *(json.dumps(d) for d in decisions)]
+    return "\n".join(lines)
+
+
 def _ratio(num: float | None, den: float | None) -> float | None:
     return num / den if num and den else None
 
@@ -148,14 +158,15 @@ def _model_speedup(kernels: list[tuple[int, float | None, str]], defaults: dict)
     return _ratio(sum(d for d, _ in pairs), sum(b for _, b in pairs)) if pairs else None
 
 
-def _last_records(conn: Connection, job_ids: Sequence[int]) -> dict[int, Any]:
-    """Each job's newest record (where it ran: device and worker)."""
+def _where_ran(conn: Connection, job_ids: Sequence[int]) -> dict[int, Any]:
+    """Where each job ran: the device and worker of its first kernel's best record (one
+    index seek; the job's page lists every device and worker)."""
     out = {}
     for job_id in job_ids:
         query = (
-            select(RecordRow.device, RecordRow.worker, RecordRow.target_kind, RecordRow.created_at)
+            select(RecordRow.device, RecordRow.worker, RecordRow.target_kind)
             .where(RecordRow.job_id == job_id)
-            .order_by(RecordRow.job_id.desc(), RecordRow.id.desc())
+            .order_by(RecordRow.job_id, RecordRow.workload_id, RecordRow.mean_sec)
             .limit(1)
         )
         row = conn.execute(query).first()
@@ -189,7 +200,7 @@ def jobs(conn: Connection, *, limit: int = 100) -> list[dict[str, Any]]:
     ids = [r.id for r in rows]
     kernels = job_kernels(conn, ids)
     defaults = default_secs(conn, (w for ks in kernels.values() for w, _, _ in ks))
-    last = _last_records(conn, ids)
+    last = _where_ran(conn, ids)
     now = _now()
     out = []
     for job in rows:
@@ -544,7 +555,7 @@ def workload(
     best_trace = None
     if records and records[0]["mean_sec"] is not None:
         trace = conn.scalar(select(RecordRow.trace_json).where(RecordRow.id == records[0]["id"]))
-        best_trace = json.dumps(json.loads(trace), indent=1) if trace else None
+        best_trace = trace_text(trace) if trace else None
     timeline = [
         [i, sec]
         for i, sec in enumerate(
@@ -638,5 +649,8 @@ def compare(conn: Connection, a: int, b: int) -> dict[str, Any] | None:
         "a": {key: ja[key] for key in ("id", "name", "model", "status", "trials", "speedup")},
         "b": {key: jb[key] for key in ("id", "name", "model", "status", "trials", "speedup")},
         "kernels": kernels,
-        "curves": {"a": ca["model"] if ca else None, "b": cb["model"] if cb else None},
+        "curves": {
+            side: {**c["model"], "end": c["end"]} if c else None
+            for side, c in (("a", ca), ("b", cb))
+        },
     }

@@ -64,7 +64,7 @@ function lineChart(container, series, opts) {
     return;
   }
   let x0 = Math.min(0, ...pts.map((p) => p[0]));
-  let x1 = Math.max(opts.xEnd || 0, ...pts.map((p) => p[0]));
+  let x1 = Math.max(opts.xEnd || 0, ...series.map((s) => s.end || 0), ...pts.map((p) => p[0]));
   if (x1 <= x0) x1 = x0 + 1;
   const ys = pts.map((p) => p[1]).filter((y) => y > 0);
   let y0 = Math.log10(Math.min(...ys)), y1 = Math.log10(Math.max(...ys));
@@ -101,7 +101,8 @@ function lineChart(container, series, opts) {
         d += j === 0 ? `M${sx(x)},${sy(y)}` : `H${sx(x)}V${sy(y)}`;
       });
       const last = s.points[s.points.length - 1];
-      d += `H${sx(Math.max(last[0], opts.xEnd || last[0]))}`;
+      const end = s.end !== undefined ? s.end : opts.xEnd || last[0];
+      d += `H${sx(Math.max(last[0], end))}`;
       const path = svg("path", { d, fill: "none", stroke: color, "stroke-width": 2 });
       path.append(svg("title", {}, `${s.name}: best ${fmtSec(last[1])}`));
       root.append(path);
@@ -167,7 +168,7 @@ function drawCurves(c) {
   lineChart(document.getElementById("chart-tasks-time"),
     c.tasks.map((t) => ({ name: t.name, points: t.time })), { xLabel: "seconds since the job started", xEnd: end.sec });
   lineChart(document.getElementById("chart-tasks-trials"),
-    c.tasks.map((t) => ({ name: t.name, points: t.trials })), { xLabel: "trials of the kernel" });
+    c.tasks.map((t) => ({ name: t.name, points: t.trials, end: t.trials_end })), { xLabel: "trials of the kernel" });
 }
 
 function kernelRow(k, targetKey) {
@@ -220,7 +221,8 @@ function initCompare() {
   const box = document.getElementById("compare");
   const name = (side) => `${side.toUpperCase()}: job #${box.dataset[side]}`;
   for (const axis of ["time", "trials"]) {
-    const series = ["a", "b"].filter((s) => c[s]).map((s) => ({ name: name(s), points: c[s][axis] }));
+    const series = ["a", "b"].filter((s) => c[s]).map((s) => ({
+      name: name(s), points: c[s][axis], end: c[s].end[axis === "time" ? "sec" : "trials"] }));
     lineChart(document.getElementById("chart-compare-" + axis), series,
       { xLabel: axis === "time" ? "seconds since the job started" : "trials" });
   }

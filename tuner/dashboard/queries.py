@@ -30,33 +30,23 @@ JOB_STATUSES = ("running", "done", "interrupted", "failed")
 # (job, kernel, its best time in the job, the job's target) for the given jobs, by a skip scan
 _JOB_KERNELS = text(
     """
-WITH RECURSIVE k(job_id, wid) AS (
-    SELECT j.id, (SELECT MIN(r.workload_id) FROM tuning_records r WHERE r.job_id = j.id)
+WITH RECURSIVE k(job_id, wid, target_key) AS (
+    SELECT j.id,
+        (SELECT MIN(r.workload_id) FROM tuning_records r WHERE r.job_id = j.id),
+        (SELECT r.target_key FROM tuning_records r WHERE r.job_id = j.id LIMIT 1)
     FROM jobs j WHERE j.id IN :ids
     UNION ALL
     SELECT k.job_id, (SELECT MIN(r.workload_id) FROM tuning_records r
-                      WHERE r.job_id = k.job_id AND r.workload_id > k.wid)
+                      WHERE r.job_id = k.job_id AND r.workload_id > k.wid), k.target_key
     FROM k WHERE k.wid IS NOT NULL
 )
 SELECT k.job_id, k.wid,
     (SELECT MIN(r.mean_sec) FROM tuning_records r
      WHERE r.job_id = k.job_id AND r.workload_id = k.wid) AS best,
-    (SELECT r.target_key FROM tuning_records r
-     WHERE r.job_id = k.job_id AND r.workload_id = k.wid LIMIT 1) AS target_key
+    k.target_key
 FROM k WHERE k.wid IS NOT NULL
 """
 ).bindparams(bindparam("ids", expanding=True))
-
-# the untuned default's time of each workload on each target (``+`` keeps the planner on the
-# candidate-hash index, one seek per workload)
-_DEFAULTS = text(
-    """
-SELECT w.id, r.target_key, MIN(r.mean_sec)
-FROM workloads w JOIN tuning_records r ON r.candidate_hash = w.shash
-WHERE w.id IN :wids AND +r.workload_id = w.id AND r.trace_json = :empty
-GROUP BY w.id, r.target_key
-"""
-).bindparams(bindparam("wids", expanding=True), bindparam("empty", EMPTY_TRACE))
 
 
 # ------------------------------------------------------------------------------- helpers
@@ -99,7 +89,7 @@ def kernel_name(task_name: str | None, shash: str, family: str | None = None) ->
 def trace_text(trace_json: str) -> str:
     """A trace as text: one instruction a line, then the sampling decisions."""
     trace = json.loads(trace_json)
-    insts, decisions = (trace + [[], []])[:2] if isinstance(trace, list) else ([trace], [])
+    insts, decisions = [*trace, [], []][:2] if isinstance(trace, list) else ([trace], [])
     lines = [json.dumps(inst) for inst in insts] or ["(no instruction: the untuned default)"]
     if decisions:
         lines += ["", "decisions:", *(json.dumps(d) for d in decisions)]
@@ -127,11 +117,25 @@ def job_kernels(
 
 
 def default_secs(conn: Connection, wids: Iterable[int]) -> dict[tuple[int, str], float]:
-    """The untuned default schedule's time of each workload, by (workload id, target key)."""
+    """The untuned default schedule's time of each workload, by (workload id, target key).
+
+    The default's candidate hash is its workload's structural hash, so the records are found
+    by seeks of ``ix_record_candidate``."""
+    shash = {w.id: w.shash for w in _workloads(conn, wids).values()}
     out: dict[tuple[int, str], float] = {}
-    for chunk in _chunks(sorted(set(wids))):
-        for wid, tkey, sec in conn.execute(_DEFAULTS, {"wids": list(chunk)}):
-            if sec is not None:
+    for chunk in _chunks(sorted(set(shash.values()))):
+        query = (
+            select(
+                RecordRow.workload_id,
+                RecordRow.candidate_hash,
+                RecordRow.target_key,
+                func.min(RecordRow.mean_sec),
+            )
+            .where(RecordRow.candidate_hash.in_(chunk), RecordRow.trace_json == EMPTY_TRACE)
+            .group_by(RecordRow.workload_id, RecordRow.candidate_hash, RecordRow.target_key)
+        )
+        for wid, candidate, tkey, sec in conn.execute(query):
+            if sec is not None and shash.get(wid) == candidate:
                 out[(wid, tkey)] = sec
     return out
 
@@ -160,19 +164,22 @@ def _model_speedup(kernels: list[tuple[int, float | None, str]], defaults: dict)
 
 def _where_ran(conn: Connection, job_ids: Sequence[int]) -> dict[int, Any]:
     """Where each job ran: the device and worker of its first kernel's best record (one
-    index seek; the job's page lists every device and worker)."""
-    out = {}
-    for job_id in job_ids:
-        query = (
-            select(RecordRow.device, RecordRow.worker, RecordRow.target_kind)
-            .where(RecordRow.job_id == job_id)
-            .order_by(RecordRow.job_id, RecordRow.workload_id, RecordRow.mean_sec)
-            .limit(1)
+    index seek a job; the job's page lists every device and worker)."""
+    first = (
+        select(RecordRow.id)
+        .where(RecordRow.job_id == JobRow.id)
+        .order_by(RecordRow.job_id, RecordRow.workload_id, RecordRow.mean_sec)
+        .limit(1)
+        .scalar_subquery()
+    )
+    ids = dict(conn.execute(select(JobRow.id, first).where(JobRow.id.in_(job_ids))).all())
+    rows = conn.execute(
+        select(RecordRow.id, RecordRow.device, RecordRow.worker, RecordRow.target_kind).where(
+            RecordRow.id.in_([i for i in ids.values() if i is not None])
         )
-        row = conn.execute(query).first()
-        if row is not None:
-            out[job_id] = row
-    return out
+    )
+    by_id = {row.id: row for row in rows}
+    return {job: by_id[rid] for job, rid in ids.items() if rid in by_id}
 
 
 def _job_dict(job: Any, now: float) -> dict[str, Any]:
@@ -585,41 +592,75 @@ def workload(
     }
 
 
+def _device_pairs(conn: Connection) -> list[tuple[str, str | None]]:
+    """The distinct (target key, device key) pairs of the records, by a skip scan of
+    ``ix_record_target_device``: a few index seeks per pair, whatever the record count."""
+    r = RecordRow
+    pairs: list[tuple[str, str | None]] = []
+    tkey = conn.scalar(select(func.min(r.target_key)))
+    while tkey is not None:
+        no_device = select(r.id).where(r.target_key == tkey, r.device_key.is_(None)).limit(1)
+        if conn.scalar(no_device) is not None:
+            pairs.append((tkey, None))
+        dkey = conn.scalar(select(func.min(r.device_key)).where(r.target_key == tkey))
+        while dkey is not None:
+            pairs.append((tkey, dkey))
+            dkey = conn.scalar(
+                select(func.min(r.device_key)).where(r.target_key == tkey, r.device_key > dkey)
+            )
+        tkey = conn.scalar(select(func.min(r.target_key)).where(r.target_key > tkey))
+    return pairs
+
+
+def _kernels_on(conn: Connection, tkey: str, dkey: str | None) -> int:
+    """How many workloads have records on a (target, device) pair: a skip scan of
+    ``ix_record_target_device``, one seek per workload."""
+    same = "r.target_key = :t AND " + (
+        "r.device_key IS NULL" if dkey is None else "r.device_key = :d"
+    )
+    query = text(
+        f"""
+WITH RECURSIVE k(wid) AS (
+    SELECT (SELECT MIN(r.workload_id) FROM tuning_records r WHERE {same})
+    UNION ALL
+    SELECT (SELECT MIN(r.workload_id) FROM tuning_records r WHERE {same} AND r.workload_id > k.wid)
+    FROM k WHERE k.wid IS NOT NULL
+)
+SELECT COUNT(wid) FROM k
+"""
+    )
+    return int(conn.scalar(query, {"t": tkey, "d": dkey}) or 0)
+
+
 def devices(conn: Connection) -> list[dict[str, Any]]:
-    """The targets and devices the database has records for, with counts and the newest."""
-    query = select(
-        RecordRow.target_key,
-        RecordRow.device_key,
-        func.count(),
-        func.max(RecordRow.id),
-    ).group_by(RecordRow.target_key, RecordRow.device_key)
-    groups = conn.execute(query).all()
+    """The targets and devices the database has records for: how many kernels have records
+    there, and one record's target, device text and worker (reads a few index entries per
+    kernel, not every record)."""
+    r = RecordRow
     out = []
-    for tkey, dkey, n, newest in groups:
-        r = conn.execute(
-            select(
-                RecordRow.target_kind,
-                RecordRow.target_arch,
-                RecordRow.target_json,
-                RecordRow.device,
-                RecordRow.worker,
-                RecordRow.created_at,
-            ).where(RecordRow.id == newest)
+    for tkey, dkey in _device_pairs(conn):
+        same = (r.target_key == tkey) & (
+            r.device_key.is_(None) if dkey is None else r.device_key == dkey
+        )
+        row = conn.execute(
+            select(r.target_kind, r.target_arch, r.target_json, r.device, r.worker, r.created_at)
+            .where(same)
+            .order_by(r.target_key, r.device_key, r.workload_id.desc())
+            .limit(1)
         ).one()
         out.append(
             {
                 "target_key": tkey,
-                "target_kind": r.target_kind,
-                "target_arch": r.target_arch,
-                "target": json.loads(r.target_json),
+                "target_kind": row.target_kind,
+                "target_arch": row.target_arch,
+                "target": json.loads(row.target_json),
                 "device_key": dkey,
-                "device": r.device,
-                "last_worker": r.worker,
-                "records": int(n),
-                "last_record": iso(r.created_at),
+                "device": row.device,
+                "worker": row.worker,
+                "kernels": _kernels_on(conn, tkey, dkey),
             }
         )
-    out.sort(key=lambda d: -d["records"])
+    out.sort(key=lambda d: -d["kernels"])
     return out
 
 

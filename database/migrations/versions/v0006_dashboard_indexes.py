@@ -17,7 +17,9 @@ depends_on = None
 
 def upgrade() -> None:
     op.create_index("ix_record_job", "tuning_records", ["job_id", "workload_id", "mean_sec"])
-    op.create_index("ix_record_target_device", "tuning_records", ["target_key", "device_key", "id"])
+    op.create_index(
+        "ix_record_target_device", "tuning_records", ["target_key", "device_key", "workload_id"]
+    )
     meta = sa.table("tunefarm_meta", sa.column("key"), sa.column("value"))
     op.get_bind().execute(meta.update().where(meta.c.key == "schema_version").values(value="6"))
 

@@ -201,9 +201,15 @@ def _job_dict(job: Any, now: float) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------- pages
-def jobs(conn: Connection, *, limit: int = 100) -> list[dict[str, Any]]:
-    """The newest ``limit`` jobs with their trials, wall time, speedup and where they ran."""
-    rows = list(conn.execute(select(JobRow).order_by(JobRow.id.desc()).limit(limit)))
+def jobs(
+    conn: Connection, *, limit: int = 100, ids: Sequence[int] | None = None, bests: bool = False
+) -> list[dict[str, Any]]:
+    """The newest ``limit`` jobs (or those of ``ids``) with their trials, wall time, speedup
+    and where they ran; with ``bests``, each kernel's best (``kernel_bests``, by workload)."""
+    query = select(JobRow).order_by(JobRow.id.desc()).limit(limit)
+    if ids is not None:
+        query = query.where(JobRow.id.in_(ids))
+    rows = list(conn.execute(query))
     ids = [r.id for r in rows]
     kernels = job_kernels(conn, ids)
     defaults = default_secs(conn, (w for ks in kernels.values() for w, _, _ in ks))
@@ -214,6 +220,8 @@ def jobs(conn: Connection, *, limit: int = 100) -> list[dict[str, Any]]:
         item = _job_dict(job, now)
         where = last.get(job.id)
         item["kernels"] = len(kernels.get(job.id, []))
+        if bests:
+            item["kernel_bests"] = {w: b for w, b, _ in kernels.get(job.id, [])}
         item["speedup"] = _model_speedup(kernels.get(job.id, []), defaults)
         item["device"] = where.device if where else None
         item["worker"] = where.worker if where else None
@@ -334,7 +342,6 @@ def curves(conn: Connection, job_id: int) -> dict[str, Any] | None:
     base = select(
         RecordRow.id,
         RecordRow.workload_id,
-        RecordRow.created_at,
         RecordRow.mean_sec,
         func.row_number().over(order_by=RecordRow.id).label("trial"),
         func.row_number()
@@ -345,14 +352,27 @@ def curves(conn: Connection, job_id: int) -> dict[str, Any] | None:
         .label("prev"),
     ).where(RecordRow.job_id == job_id)
     sub = base.subquery()
-    query = (
-        select(sub.c.workload_id, sub.c.created_at, sub.c.mean_sec, sub.c.trial, sub.c.task_trial)
+    better = (
+        select(sub.c.id, sub.c.workload_id, sub.c.mean_sec, sub.c.trial, sub.c.task_trial)
         .where(sub.c.mean_sec.is_not(None), (sub.c.prev.is_(None)) | (sub.c.mean_sec < sub.c.prev))
-        .order_by(sub.c.id)
+        .subquery()
     )
-    ends = conn.execute(
-        select(func.count(), func.max(RecordRow.created_at)).where(RecordRow.job_id == job_id)
+    # the improvements' times: read from the table for those few records only
+    query = (
+        select(
+            better.c.workload_id,
+            RecordRow.created_at,
+            better.c.mean_sec,
+            better.c.trial,
+            better.c.task_trial,
+        )
+        .join(RecordRow, RecordRow.id == better.c.id)
+        .order_by(better.c.id)
+    )
+    count, last_id = conn.execute(
+        select(func.count(), func.max(RecordRow.id)).where(RecordRow.job_id == job_id)
     ).one()
+    last_at = conn.scalar(select(RecordRow.created_at).where(RecordRow.id == last_id))
     per_task = dict(
         conn.execute(
             select(RecordRow.workload_id, func.count())
@@ -381,14 +401,14 @@ def curves(conn: Connection, job_id: int) -> dict[str, Any] | None:
             model_time.append([at, total])
             model_trials.append([int(trial), total])
     running = head.status == "running"
-    end_at = epoch(ends[1]) if ends[1] is not None else None
+    end_at = epoch(last_at)
     if running:
         end_at = _now()
     return {
         "job_id": job_id,
         "tasks": [{"workload_id": w, **t} for w, t in tasks.items()],
         "model": {"time": model_time, "trials": model_trials},
-        "end": {"sec": (end_at - start) if end_at else 0.0, "trials": int(ends[0])},
+        "end": {"sec": (end_at - start) if end_at else 0.0, "trials": int(count)},
     }
 
 
@@ -666,29 +686,31 @@ def devices(conn: Connection) -> list[dict[str, Any]]:
 
 def compare(conn: Connection, a: int, b: int) -> dict[str, Any] | None:
     """Two jobs side by side: their whole-model curves and per-kernel best-time ratios."""
-    ja, jb = job(conn, a), job(conn, b)
-    if ja is None or jb is None:
+    found = {j["id"]: j for j in jobs(conn, ids=[a, b], bests=True)}
+    if a not in found or b not in found:
         return None
-    by_b = {k["workload_id"]: k for k in jb["kernels"]}
+    ja, jb = found[a], found[b]
+    info = _workloads(conn, ja["kernel_bests"])
     kernels = []
-    for k in ja["kernels"]:
-        other = by_b.get(k["workload_id"])
-        if other is None:
+    for wid, a_sec in ja["kernel_bests"].items():
+        if wid not in jb["kernel_bests"]:
             continue
+        b_sec, w = jb["kernel_bests"][wid], info[wid]
         kernels.append(
             {
-                "workload_id": k["workload_id"],
-                "kernel": k["kernel"],
-                "bucket": k["bucket"],
-                "a_sec": k["best_sec"],
-                "b_sec": other["best_sec"],
-                "ratio": _ratio(other["best_sec"], k["best_sec"]),
+                "workload_id": wid,
+                "kernel": kernel_name(w.task_name, w.shash, w.family_shash),
+                "bucket": bucket_label(w.bucket_json),
+                "a_sec": a_sec,
+                "b_sec": b_sec,
+                "ratio": _ratio(b_sec, a_sec),
             }
         )
     ca, cb = curves(conn, a), curves(conn, b)
+    keys = ("id", "name", "model", "status", "trials", "speedup")
     return {
-        "a": {key: ja[key] for key in ("id", "name", "model", "status", "trials", "speedup")},
-        "b": {key: jb[key] for key in ("id", "name", "model", "status", "trials", "speedup")},
+        "a": {key: ja[key] for key in keys},
+        "b": {key: jb[key] for key in keys},
         "kernels": kernels,
         "curves": {
             side: {**c["model"], "end": c["end"]} if c else None

@@ -7,7 +7,9 @@ spread over them (the newest still running), the records split evenly over the j
 devices; each model's first job records the kernels' untuned defaults. Then the real
 dashboard server (uvicorn on loopback) is asked for every page and the JSON the pages fetch;
 a page's time is the request's wall time at the client (server time plus the loopback
-round trip): the first request, then the median and the slowest of ``--repeats`` more.
+round trip): the first request, then the median and the slowest of ``--repeats`` more (the
+server keeps finished jobs' kernels, so the jobs list's repeats read only running jobs').
+The machine's 1-minute load average before and after is recorded beside the times.
 Usage::
 
     python -m benchmarks dashboard [--records 1000000] [--no-pg] [--no-sqlite]
@@ -212,12 +214,17 @@ def main(argv: list[str] | None = None) -> int:
                 console.print(f"{backend}: filling {args.records:,} records...")
                 shape = fill(url, args.records, args.models, args.kernels, args.jobs)
                 console.print(f"{backend}: filled in {shape['fill_sec']:.0f} s")
+                load_before = os.getloadavg()[0]
                 times = time_pages(url, shape, args.repeats)
+                shape["load_average"] = [load_before, os.getloadavg()[0]]
             finally:
                 if drop is not None:
                     drop()
         results["backends"][backend] = {"shape": shape, "pages": times}
-        table = Table(title=f"dashboard page times, {backend}, {shape['records']:,} records")
+        load = ", ".join(f"{x:.1f}" for x in shape["load_average"])
+        table = Table(
+            title=f"dashboard page times, {backend}, {shape['records']:,} records (load {load})"
+        )
         for col in ("page", "first ms", "median ms", "max ms", f"<= {BUDGET_MS:g} ms"):
             table.add_column(col, justify="left" if col == "page" else "right")
         for name, t in times.items():

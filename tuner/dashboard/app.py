@@ -167,6 +167,7 @@ def create_app(config: DashboardConfig) -> Starlette:
     """The dashboard's ASGI app over ``config.db``."""
     env = _environment()
     db = config.db
+    finished = queries.FinishedJobs()
 
     async def read(fn: Callable[[Connection], Any]) -> Any:
         def run() -> Any:
@@ -194,7 +195,7 @@ def create_app(config: DashboardConfig) -> Starlette:
 
     # each view returns its data (None: not found) and its template
     async def jobs_data(request: Request) -> Any:
-        return await read(lambda c: queries.jobs(c, limit=config.jobs_limit))
+        return await read(lambda c: queries.jobs(c, limit=config.jobs_limit, cache=finished))
 
     async def job_data(request: Request) -> Any:
         jid = request.path_params["job_id"]
@@ -226,7 +227,8 @@ def create_app(config: DashboardConfig) -> Starlette:
     async def compare_data(request: Request) -> Any:
         a, b = int_param(request, "a"), int_param(request, "b")
         if a is None or b is None:  # the form: pick two jobs
-            return {"jobs": await read(lambda c: queries.jobs(c, limit=config.jobs_limit))}
+            jobs = await read(lambda c: queries.jobs(c, limit=config.jobs_limit, cache=finished))
+            return {"jobs": jobs}
         return await read(lambda c: queries.compare(c, a, b))
 
     views: dict[str, tuple[Callable[[Request], Awaitable[Any]], str, str]] = {

@@ -116,6 +116,34 @@ def job_kernels(
     return out
 
 
+Kernels = list[tuple[int, float | None, str]]
+
+
+class FinishedJobs:
+    """Kernels of finished jobs, kept by a long-running server: a job that is no longer
+    running gets no new record, so its kernels and bests are read once. An entry is stamped
+    with the job's status, trials and end, and read again if any of them changes."""
+
+    def __init__(self) -> None:
+        self._kernels: dict[int, tuple[tuple[Any, ...], Kernels]] = {}
+
+    def kernels(self, conn: Connection, rows: Sequence[Any]) -> dict[int, Kernels]:
+        """The kernels of the jobs of ``rows`` (job rows), from the cache where it holds."""
+        stamps = {r.id: (r.status, r.trials_done, r.finished_at) for r in rows}
+        out = {
+            jid: self._kernels[jid][1]
+            for jid, stamp in stamps.items()
+            if jid in self._kernels and self._kernels[jid][0] == stamp
+        }
+        fresh = job_kernels(conn, [jid for jid in stamps if jid not in out])
+        for jid in stamps:
+            if jid not in out:
+                out[jid] = fresh.get(jid, [])
+                if stamps[jid][0] != "running":
+                    self._kernels[jid] = (stamps[jid], out[jid])
+        return out
+
+
 def default_secs(conn: Connection, wids: Iterable[int]) -> dict[tuple[int, str], float]:
     """The untuned default schedule's time of each workload, by (workload id, target key).
 
@@ -202,16 +230,22 @@ def _job_dict(job: Any, now: float) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------- pages
 def jobs(
-    conn: Connection, *, limit: int = 100, ids: Sequence[int] | None = None, bests: bool = False
+    conn: Connection,
+    *,
+    limit: int = 100,
+    ids: Sequence[int] | None = None,
+    bests: bool = False,
+    cache: FinishedJobs | None = None,
 ) -> list[dict[str, Any]]:
     """The newest ``limit`` jobs (or those of ``ids``) with their trials, wall time, speedup
-    and where they ran; with ``bests``, each kernel's best (``kernel_bests``, by workload)."""
+    and where they ran; with ``bests``, each kernel's best (``kernel_bests``, by workload).
+    ``cache`` keeps finished jobs' kernels between calls."""
     query = select(JobRow).order_by(JobRow.id.desc()).limit(limit)
     if ids is not None:
         query = query.where(JobRow.id.in_(ids))
     rows = list(conn.execute(query))
     ids = [r.id for r in rows]
-    kernels = job_kernels(conn, ids)
+    kernels = (cache or FinishedJobs()).kernels(conn, rows)
     defaults = default_secs(conn, (w for ks in kernels.values() for w, _, _ in ks))
     last = _where_ran(conn, ids)
     now = _now()
@@ -249,14 +283,20 @@ def job(conn: Connection, job_id: int) -> dict[str, Any] | None:
             .group_by(RecordRow.workload_id)
         )
     }
+    tkey = kernels[0][2] if kernels else None
+    inner = RecordRow.__table__.alias("r")
+    best_of = (
+        select(func.min(inner.c.mean_sec))
+        .where(inner.c.workload_id == WorkloadRow.id, inner.c.target_key == tkey)
+        .scalar_subquery()
+    )
+    db_bests = dict(
+        conn.execute(select(WorkloadRow.id, best_of).where(WorkloadRow.id.in_(wids))).all()
+    )
     rows = []
     for wid, best, tkey in kernels:
         w = info[wid]
-        db_best = conn.scalar(
-            select(func.min(RecordRow.mean_sec)).where(
-                RecordRow.workload_id == wid, RecordRow.target_key == tkey
-            )
-        )
+        db_best = db_bests.get(wid)
         default = defaults.get((wid, tkey))
         n, nv = counts.get(wid, (0, 0))
         rows.append(
@@ -298,11 +338,13 @@ def job(conn: Connection, job_id: int) -> dict[str, Any] | None:
 
 def _phases(conn: Connection, job: Any, wids: Sequence[int]) -> list[dict[str, Any]]:
     """The job's wall time as its records date it: startup, untuned defaults, search, after."""
-    first, last = conn.execute(
-        select(func.min(RecordRow.created_at), func.max(RecordRow.created_at)).where(
-            RecordRow.job_id == job.id
-        )
+    ends = conn.execute(
+        select(func.min(RecordRow.id), func.max(RecordRow.id)).where(RecordRow.job_id == job.id)
     ).one()
+    at = dict(
+        conn.execute(select(RecordRow.id, RecordRow.created_at).where(RecordRow.id.in_(ends))).all()
+    )
+    first, last = at.get(ends[0]), at.get(ends[1])
     last_default = None
     if wids:
         last_default = conn.scalar(

@@ -7,12 +7,13 @@ import json
 import shutil
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
 from database import DatabaseError, Storage
-from database.jobs import start_job
+from database.jobs import start_job, update_job
 from tests.cli_assert import one_line_error
 from tests.conftest import DATA, pg_database
 from tests.tuner.dashboard.server import XSS, get, serve
@@ -124,3 +125,53 @@ def test_off_loopback_the_command_wants_a_token(xss_db: str) -> None:
 def test_not_a_url_is_one_line() -> None:
     with pytest.raises(DatabaseError, match="unsupported database scheme"):
         open_read_only("mysql://u@h/db")
+
+
+def test_finished_jobs_kernels_are_read_once_and_again_when_the_job_changes(
+    sqlite_url: str,
+) -> None:
+    from database.models import RecordRow, WorkloadRow
+    from tuner.dashboard.queries import FinishedJobs, jobs
+
+    storage = Storage(sqlite_url)
+    job_id = start_job(storage, name="j", model="m", target_json="{}", budget=9)
+
+    def add_record(n: int) -> None:
+        def add(session: Any) -> None:
+            w = WorkloadRow(shash=f"s{n}", mod_json="{}", tvm_version="0")
+            session.add(w)
+            session.flush()
+            session.add(
+                RecordRow(
+                    workload_id=w.id,
+                    candidate_hash=f"c{n}",
+                    trace_json="[]",
+                    args_info_json="[]",
+                    mean_sec=1e-3,
+                    target_key="t",
+                    target_json="{}",
+                    target_kind="llvm",
+                    job_id=job_id,
+                )
+            )
+
+        storage.run(add)
+
+    db, cache = open_read_only(sqlite_url), FinishedJobs()
+
+    def kernels() -> int:
+        with db.engine.connect() as conn:
+            return jobs(conn, cache=cache)[0]["kernels"]
+
+    add_record(1)
+    assert kernels() == 1
+    add_record(2)
+    assert kernels() == 2  # running: read every time
+    update_job(storage, job_id, status="done", trials_done=2)
+    assert kernels() == 2
+    add_record(3)  # a record filed under a finished job, its row unchanged: the cache holds
+    assert kernels() == 2
+    update_job(storage, job_id, trials_done=3)
+    assert kernels() == 3
+    db.dispose()
+    storage.dispose()

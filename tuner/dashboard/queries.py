@@ -338,13 +338,12 @@ def job(conn: Connection, job_id: int) -> dict[str, Any] | None:
 
 def _phases(conn: Connection, job: Any, wids: Sequence[int]) -> list[dict[str, Any]]:
     """The job's wall time as its records date it: startup, untuned defaults, search, after."""
-    ends = conn.execute(
-        select(func.min(RecordRow.id), func.max(RecordRow.id)).where(RecordRow.job_id == job.id)
+    # by the times, not min/max(id): PostgreSQL would walk the primary key from one end
+    first, last = conn.execute(
+        select(func.min(RecordRow.created_at), func.max(RecordRow.created_at)).where(
+            RecordRow.job_id == job.id
+        )
     ).one()
-    at = dict(
-        conn.execute(select(RecordRow.id, RecordRow.created_at).where(RecordRow.id.in_(ends))).all()
-    )
-    first, last = at.get(ends[0]), at.get(ends[1])
     last_default = None
     if wids:
         last_default = conn.scalar(
@@ -411,10 +410,9 @@ def curves(conn: Connection, job_id: int) -> dict[str, Any] | None:
         .join(RecordRow, RecordRow.id == better.c.id)
         .order_by(better.c.id)
     )
-    count, last_id = conn.execute(
-        select(func.count(), func.max(RecordRow.id)).where(RecordRow.job_id == job_id)
+    count, last_at = conn.execute(
+        select(func.count(), func.max(RecordRow.created_at)).where(RecordRow.job_id == job_id)
     ).one()
-    last_at = conn.scalar(select(RecordRow.created_at).where(RecordRow.id == last_id))
     per_task = dict(
         conn.execute(
             select(RecordRow.workload_id, func.count())

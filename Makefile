@@ -31,6 +31,7 @@ demo: $(STAMP)
 	$(BIN)/tunefarm build examples/transformer_block_dynamic.py --db $(DEMO_DB) -o out/transformer_block_dynamic.so
 	$(BIN)/tunefarm bench examples/transformer_block_dynamic.py --db $(DEMO_DB) --shape s=1,7,16,17,40,64,65
 	$(BIN)/tunefarm db stats --db $(DEMO_DB)
+	@echo "see it in the browser: $(BIN)/tunefarm dashboard --db $(DEMO_DB)"
 
 # Regenerate the ONNX and PyTorch example models (committed; small).
 examples: $(STAMP)

@@ -33,6 +33,7 @@ PARTS: dict[str, str] = {
     "ceiling": "benchmarks.ceiling",
     "planner": "benchmarks.planner",
     "verdicts": "benchmarks.verdict",
+    "dashboard": "benchmarks.dashboard",
 }
 
 

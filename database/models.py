@@ -93,6 +93,9 @@ class RecordRow(Base):
         Index("ix_record_candidate", "candidate_hash", "target_key"),
         Index("ix_record_device", "workload_id", "device_key", "median_sec"),
         Index("ix_record_arch", "workload_id", "target_kind", "target_arch", "median_sec"),
+        # the dashboard's reads: a job's kernels and bests, and the devices with records
+        Index("ix_record_job", "job_id", "workload_id", "mean_sec"),
+        Index("ix_record_target_device", "target_key", "device_key", "workload_id"),
     )
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     workload_id: Mapped[int] = mapped_column(ForeignKey("workloads.id", ondelete="CASCADE"))

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from database.errors import error_summary
-from tuner.cli import cluster, generate, plan, run
+from tuner.cli import cluster, dashboard, generate, plan, run
 from tuner.cli.common import CONTEXT_SETTINGS, CompactGroup
 from tuner.cli.cost_model import cost_model_app
 from tuner.cli.db import db_app
@@ -33,6 +33,7 @@ run.register(app)  # tune, build, bench
 cluster.register(app)  # submit, jobs, status, logs, workers
 plan.register(app)  # plan, profile record
 generate.register(app)  # generate (decoder LLMs)
+dashboard.register(app)  # dashboard
 
 
 def _version(value: bool) -> None:

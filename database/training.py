@@ -108,7 +108,7 @@ def training_rows(
     after_id: int = 0,
 ) -> list[tuple[int, int, float | None]]:
     """(record id, workload id, mean seconds or None) of a target kind and arch, newest
-    first: the newest ``max_records`` with id > ``after_id``.
+    first: the newest ``max_records`` schedules whose first record's id is > ``after_id``.
 
     One row per schedule (workload, target, candidate), however often it was measured: its
     first record's id (whose features stand for all of them) and the mean of its valid
@@ -122,8 +122,8 @@ def training_rows(
     query = query.group_by(
         RecordRow.workload_id, RecordRow.target_key, RecordRow.candidate_hash
     ).order_by(func.max(RecordRow.id).desc())
-    if after_id:
-        query = query.where(RecordRow.id > after_id)
+    if after_id:  # schedules first measured after it (a later re-measurement is no new row)
+        query = query.having(func.min(RecordRow.id) > after_id)
     if not include_failed:
         query = query.where(RecordRow.mean_sec.is_not(None))
     if workload_ids is not None:

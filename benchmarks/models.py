@@ -151,7 +151,7 @@ def run(
     *,
     trials_per_task: int | None = None,
 ) -> dict[str, Any]:
-    """Tune each model (``tunefarm tune``) and bench it (``tunefarm bench --json -``), each in
+    """Tune each model (``tunefarm tune``) and bench it (``tunefarm bench --json``), each in
     its own process, with ``TVM_NUM_THREADS`` (every runtime's thread count) set. Models named
     ``hf:NAME`` are exported first (:func:`export_hf`). With ``trials_per_task``, each model's
     budget is that many trials per bucket task instead of ``trials``."""

@@ -158,7 +158,7 @@ def _run_one(
 
 def _bench(model: str, profile: Path, env: dict[str, str], out: dict[str, Any]) -> dict[str, Any]:
     """``out`` with the traffic mean of ``bench --shape-profile`` on its tuned database."""
-    bench = ["bench", model, "--db", out["db"], "--shape-profile", str(profile), "--json", "-"]
+    bench = ["bench", model, "--db", out["db"], "--shape-profile", str(profile), "--json"]
     with foreign_load() as other:
         proc = _cli([*bench, "--runtimes", "none"], env, 1800)
     out["other_cores"] = other.cores  # other processes' CPU while it ran

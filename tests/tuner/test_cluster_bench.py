@@ -66,7 +66,7 @@ def test_bench_on_cluster(tuned_db, tmp_path) -> None:
         assert row["tuned_share"] == 1.0  # every kernel of the tiny model was tuned
         assert row["fingerprint"]  # reported by the runner that measured it
 
-        # --json -: the JSON alone on stdout
+        # --json: the JSON alone on stdout
         printed = runner.invoke(app, [*args, "--json"])
         assert printed.exit_code == 0, printed.output
         assert json.loads(printed.stdout)["results"][0]["kind"] == "cpu"

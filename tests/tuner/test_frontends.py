@@ -244,7 +244,7 @@ def test_onnx_tune_build_bench(tmp_path: Path) -> None:
     assert "buckets" in result.output and so.stat().st_size > 0
     js = tmp_path / "bench.json"
     result = runner.invoke(
-        app, ["bench", str(ONNX_MLP), "--shape", "batch=1,16,40", "--json", str(js), *common]
+        app, ["bench", str(ONNX_MLP), "--shape", "batch=1,16,40", "-o", str(js), *common]
     )
     assert result.exit_code == 0, result.output
     rows = json.loads(js.read_text())["results"]
@@ -268,7 +268,7 @@ def test_pt2_tune_build_bench_against_pytorch(pt2_mlp: Path, tmp_path: Path) -> 
     assert result.exit_code == 0, result.output
     js = tmp_path / "bench.json"
     result = runner.invoke(
-        app, ["bench", str(pt2_mlp), "--shape", "n=1,9,16,100", "--json", str(js), "--db", db]
+        app, ["bench", str(pt2_mlp), "--shape", "n=1,9,16,100", "-o", str(js), "--db", db]
     )
     assert result.exit_code == 0, result.output
     assert "vs pytorch" in result.output

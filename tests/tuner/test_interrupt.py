@@ -84,9 +84,11 @@ def test_only_a_time_budget_unwinding_ends_quietly() -> None:
 
 
 def _records(db: Path) -> int:
+    """The trials stored: schedules, not records (a new best's confirmation is a record too)."""
     try:
         with sqlite3.connect(db) as conn:
-            return conn.execute("SELECT COUNT(*) FROM tuning_records").fetchone()[0]
+            query = "SELECT COUNT(DISTINCT candidate_hash || target_key) FROM tuning_records"
+            return conn.execute(query).fetchone()[0]
     except sqlite3.Error:  # not created yet
         return 0
 

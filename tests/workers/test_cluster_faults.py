@@ -137,8 +137,11 @@ def test_tune_job_survives_a_node_removed_mid_job(llvm_target, tmp_path) -> None
             lambda s: s.execute(select(RecordRow.candidate_hash, RecordRow.error_kind)).all()
         )
         hashes = [r.candidate_hash for r in rows]
-        assert len(hashes) == len(set(hashes))  # no candidate recorded twice
-        assert len(rows) >= 12 and summary.trials_measured >= 12
+        # no candidate measured as a trial twice: a second record of a candidate is only
+        # the confirmation of a new best
+        confirmations = summary.search.get("confirmed", {}).get("count", 0)
+        assert len(hashes) - len(set(hashes)) <= confirmations
+        assert len(set(hashes)) >= 12 and summary.trials_measured >= 12
         assert all(r.error_kind != "worker_died" for r in rows), rows  # none lost
         assert all(t.best_sec for t in summary.tasks)
 

@@ -1,7 +1,8 @@
 """The dashboard as a person uses it: the real server over a database filled by real tune
 jobs, a real headless Chromium (Debian's, driven by Playwright). Each page's content is
 checked, the browser console must stay free of errors, and a job started during the test
-shows as running, then done, without a reload. Screenshots go to docs/img/."""
+shows as running, then done, without a reload. Screenshots go to $TUNEFARM_SCREENSHOTS (the
+docs' pictures: TUNEFARM_SCREENSHOTS=docs/img), else to a temporary folder."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,7 +35,7 @@ ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-SHOTS = Path(__file__).parents[3] / "docs" / "img"
+SHOTS = Path(os.environ.get("TUNEFARM_SCREENSHOTS") or Path(tempfile.gettempdir(), "tf-shots"))
 ROOT = Path(__file__).parents[3]
 
 pytestmark = [

@@ -194,6 +194,35 @@ def _cpu(machine: Any) -> str | None:
     return cpu_of(machine)
 
 
+def _seed_pairs(
+    data: dict[str, Any],
+    source: str,
+    settings: dict[str, Any],
+    runs: list[dict[str, Any]],
+    order_key: str,
+    cell: dict[str, Any],
+) -> list[dict[str, Any]]:
+    """An older results file's ``runs`` of one cell grouped by seed, one pair per seed
+    (``order_key``: the field naming each run's variant; runs without a seed left out)."""
+    by_seed: dict[int, list[dict[str, Any]]] = {}
+    for r in runs:
+        if "seed" in r:
+            by_seed.setdefault(r["seed"], []).append(r)
+    return [
+        {
+            **cell,
+            "seed": seed,
+            "order": [r[order_key] for r in seed_runs],
+            "cpu": _cpu(data.get("machine")),
+            "commit": None,
+            "settings": settings,
+            "runs": seed_runs,
+            "source": source,
+        }
+        for seed, seed_runs in sorted(by_seed.items())
+    ]
+
+
 def _ttq_pairs(data: dict[str, Any], source: str) -> list[dict[str, Any]]:
     """An older time-to-quality results file's seeds, one pair each."""
     settings = {
@@ -202,23 +231,8 @@ def _ttq_pairs(data: dict[str, Any], source: str) -> list[dict[str, Any]]:
     }
     out = []
     for workload, res in data["workloads"].items():
-        by_seed: dict[int, list[dict[str, Any]]] = {}
-        for r in res.get("runs", []):
-            by_seed.setdefault(r["seed"], []).append(r)
-        for seed, runs in sorted(by_seed.items()):
-            out.append(
-                {
-                    "benchmark": TTQ,
-                    "workload": workload,
-                    "seed": seed,
-                    "order": [r["variant"] for r in runs],
-                    "cpu": _cpu(data.get("machine")),
-                    "commit": None,
-                    "settings": settings,
-                    "runs": runs,
-                    "source": source,
-                }
-            )
+        cell = {"benchmark": TTQ, "workload": workload}
+        out += _seed_pairs(data, source, settings, res.get("runs", []), "variant", cell)
     return out
 
 
@@ -227,25 +241,8 @@ def _planner_pairs(data: dict[str, Any], source: str) -> list[dict[str, Any]]:
     settings = {k: data.get(k) for k in ("trials", "stages")}
     out = []
     for case in data["cases"]:
-        by_seed: dict[int, list[dict[str, Any]]] = {}
-        for r in case.get("runs", []):
-            if "seed" in r:
-                by_seed.setdefault(r["seed"], []).append(r)
-        for seed, runs in sorted(by_seed.items()):
-            out.append(
-                {
-                    "benchmark": PLANNER,
-                    "model": case["model"],
-                    "profile": case["profile"],
-                    "seed": seed,
-                    "order": [r["strategy"] for r in runs],
-                    "cpu": _cpu(data.get("machine")),
-                    "commit": None,
-                    "settings": settings,
-                    "runs": runs,
-                    "source": source,
-                }
-            )
+        cell = {"benchmark": PLANNER, "model": case["model"], "profile": case["profile"]}
+        out += _seed_pairs(data, source, settings, case.get("runs", []), "strategy", cell)
     return out
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, func, select, text
 
+from database.evidence import best_of
 from database.models import EMPTY_TRACE, JobRow, RecordRow, WorkloadRow
 
 JOB_STATUSES = ("running", "done", "interrupted", "failed")
@@ -619,10 +620,14 @@ def workload(
                 "created_at": iso(r.created_at),
             }
         )
-    best_trace = None
-    if records and records[0]["mean_sec"] is not None:
-        trace = conn.scalar(select(RecordRow.trace_json).where(RecordRow.id == records[0]["id"]))
+    # the best schedule as the build picks it (lowest pooled median), with its evidence
+    best_trace, best_evidence = None, None
+    found = best_of(conn, wid, [RecordRow.target_key == tkey]) if tkey is not None else None
+    if found is not None:
+        evidence = found[1]
+        trace = conn.scalar(select(RecordRow.trace_json).where(RecordRow.id == evidence.first_id))
         best_trace = trace_text(trace) if trace else None
+        best_evidence = evidence.to_dict()
     timeline = [
         [i, sec]
         for i, sec in enumerate(
@@ -648,6 +653,7 @@ def workload(
         "default_sec": default,
         "records": records,
         "best_trace": best_trace,
+        "best_evidence": best_evidence,
         "timeline": timeline,
     }
 

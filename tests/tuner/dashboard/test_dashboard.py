@@ -175,3 +175,55 @@ def test_finished_jobs_kernels_are_read_once_and_again_when_the_job_changes(
     assert kernels() == 3
     db.dispose()
     storage.dispose()
+
+
+def test_a_workloads_best_is_the_schedule_the_build_applies(sqlite_url: str) -> None:
+    """The workload page's best trace is the lowest pooled median (what ``db best`` and the
+    build choose), with its evidence, not the record with the lowest single mean."""
+    from database.models import RecordRow, WorkloadRow
+    from tuner.dashboard.queries import workload
+
+    storage = Storage(sqlite_url)
+    lucky = '[[["A"]], []]'  # one run of three: a fast median, a slow mean
+    steady = '[[["B"]], []]'  # two timed runs, both at 0.9 ms
+
+    def add(session: Any) -> int:
+        w = WorkloadRow(shash="s", mod_json="{}", tvm_version="0")
+        session.add(w)
+        session.flush()
+        runs = [("a", lucky, [0.4e-3, 0.4e-3, 2.2e-3])] + [("b", steady, [0.9e-3])] * 2
+        for cand, trace, secs in runs:
+            mean = sum(secs) / len(secs)
+            session.add(
+                RecordRow(
+                    workload_id=w.id,
+                    candidate_hash=cand,
+                    trace_json=trace,
+                    args_info_json="[]",
+                    run_secs_json=json.dumps(secs),
+                    mean_sec=mean,
+                    median_sec=sorted(secs)[len(secs) // 2],
+                    rank_sec=mean,
+                    target_key="t",
+                    target_json="{}",
+                    target_kind="llvm",
+                )
+            )
+        return w.id
+
+    wid = storage.run(add)
+    db = open_read_only(sqlite_url)
+    with db.engine.connect() as conn:
+        page = workload(conn, wid)
+    assert page is not None
+    assert page["records"][0]["mean_sec"] == pytest.approx(0.9e-3)  # the fastest single mean
+    assert '["A"]' in page["best_trace"]  # but the build's best is the lowest pooled median
+    assert page["best_evidence"] == {
+        "runs": 1,
+        "samples": 3,
+        "median": pytest.approx(0.4e-3),
+        "spread": pytest.approx((1.3e-3 - 0.4e-3) / 0.4e-3),  # inclusive quartiles 0.4, 1.3
+        "confirmed": False,
+    }
+    db.dispose()
+    storage.dispose()

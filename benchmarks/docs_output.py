@@ -150,13 +150,14 @@ def summary_sentence(runs: list[Ran], when: str, machine: str) -> str:
     text = f"What `make demo` printed for `{model}` ({'; '.join(facts)})"
     row = table_row(bench.output, "speedup") if bench is not None else {}
     speedup = _x(row.get("speedup"))
-    ref = next((k for k in row if k.startswith("tuned/")), None)
+    # the reference's column: "vs numpy" (numpy's time / tuned's), "tuned/numpy" in older output
+    ref = next((k for k in row if k.startswith(("vs ", "tuned/"))), None)
     vs_ref = _x(row.get(ref)) if ref else None
     claims = []
     if speedup is not None:
         claims.append(f"the tuned build ran **{speedup:.2f}x** as fast as TVM's untuned default")
     if vs_ref is not None:
-        name = ref.split("/", 1)[1] if ref else "the reference"
+        name = ref.removeprefix("vs ").removeprefix("tuned/") if ref else "the reference"
         if vs_ref >= 1:
             claims.append(f"**{vs_ref:.2f}x** as fast as {name} on the same inputs")
         else:

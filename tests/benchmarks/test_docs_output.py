@@ -93,3 +93,13 @@ def test_sentence_and_block_name_the_run_figures() -> None:
     md = demo_output_md(runs, {"date": "2026-11-23", "machine": "AMD EPYC"}, quick=False)
     assert "- machine: AMD EPYC" in md and "second model" in md and "Quick run" not in md
     assert f"| `{TUNE}` | 75.0 |" in md
+
+
+def test_sentence_reads_the_current_bench_table() -> None:
+    """bench names the reference's column ``vs numpy`` (numpy's time / tuned's): the sentence
+    still gives the figure."""
+    current = BENCH_OUT.replace("┃ tuned/numpy ┃", "┃    vs numpy ┃").replace("0.83x", "3.53x")
+    assert table_row(current, "speedup")["vs numpy"] == "3.53x"
+    runs = [Ran(TUNE, "wall time 15.5 s\n", 16.0, 0), Ran(BENCH, current, 10.0, 0)]
+    sentence = summary_sentence(runs, "2026-12-05", "Intel Xeon")
+    assert "**3.53x** as fast as numpy on the same inputs" in sentence

@@ -285,15 +285,12 @@ def job(conn: Connection, job_id: int) -> dict[str, Any] | None:
         )
     }
     tkey = kernels[0][2] if kernels else None
-    inner = RecordRow.__table__.alias("r")
-    best_of = (
-        select(func.min(inner.c.mean_sec))
-        .where(inner.c.workload_id == WorkloadRow.id, inner.c.target_key == tkey)
-        .scalar_subquery()
-    )
-    db_bests = dict(
-        conn.execute(select(WorkloadRow.id, best_of).where(WorkloadRow.id.in_(wids))).all()
-    )
+    # the database's best of each kernel as the build picks it: the lowest pooled median
+    db_bests = {
+        wid: found[1].median
+        for wid in wids
+        if (found := best_of(conn, wid, [RecordRow.target_key == tkey])) is not None
+    }
     rows = []
     for wid, best, tkey in kernels:
         w = info[wid]

@@ -178,12 +178,13 @@ def test_finished_jobs_kernels_are_read_once_and_again_when_the_job_changes(
 
 
 def test_a_workloads_best_is_the_schedule_the_build_applies(sqlite_url: str) -> None:
-    """The workload page's best trace is the lowest pooled median (what ``db best`` and the
-    build choose), with its evidence, not the record with the lowest single mean."""
+    """The workload page's best trace and the job page's database best are the lowest pooled
+    median (what ``db best`` and the build choose), not the record with the lowest mean."""
     from database.models import RecordRow, WorkloadRow
-    from tuner.dashboard.queries import workload
+    from tuner.dashboard.queries import job, workload
 
     storage = Storage(sqlite_url)
+    job_id = start_job(storage, name="j", model="m", target_json="{}", budget=3)
     lucky = '[[["A"]], []]'  # one run of three: a fast median, a slow mean
     steady = '[[["B"]], []]'  # two timed runs, both at 0.9 ms
 
@@ -207,6 +208,7 @@ def test_a_workloads_best_is_the_schedule_the_build_applies(sqlite_url: str) -> 
                     target_key="t",
                     target_json="{}",
                     target_kind="llvm",
+                    job_id=job_id,
                 )
             )
         return w.id
@@ -215,7 +217,11 @@ def test_a_workloads_best_is_the_schedule_the_build_applies(sqlite_url: str) -> 
     db = open_read_only(sqlite_url)
     with db.engine.connect() as conn:
         page = workload(conn, wid)
-    assert page is not None
+        job_page = job(conn, job_id)
+    assert page is not None and job_page is not None
+    (kernel,) = job_page["kernels"]
+    assert kernel["best_sec"] == pytest.approx(0.9e-3)  # the job's fastest single mean
+    assert kernel["database_best_sec"] == pytest.approx(0.4e-3)  # the build's best
     assert page["records"][0]["mean_sec"] == pytest.approx(0.9e-3)  # the fastest single mean
     assert '["A"]' in page["best_trace"]  # but the build's best is the lowest pooled median
     assert page["best_evidence"] == {

@@ -36,7 +36,7 @@ from tuner.job.recorder import JobRecorder
 from tuner.job.summary import JobSummary, TaskSummary, device_busy
 from tuner.job.tasks import JobTasks, job_tasks, thin_budget_warning
 from tuner.progress import JobProgress, SilentProgress, TaskState
-from tuner.search.convergence import Estimate
+from tuner.search.scheduler import TaskProgress
 from tuner.search.driver import ActorSearch
 from tuner.startup import SearchPrep
 from tuner.targets import device_kind
@@ -391,11 +391,10 @@ class _Job:
         if self.recorder is not None and (confirmed := self.recorder.confirm_note()) is not None:
             self.search_info["confirmed"] = confirmed
         search, n = self.search_actors, len(self.states)
-        estimates = search.estimates() if search is not None else [None] * n
-        converged = [p.converged for p in search.progress] if search is not None else [False] * n
+        progress = list(search.progress) if search is not None else [None] * n
         tasks = [
             self._task_summary(*row)
-            for row in zip(self.found.tasks, self.states, estimates, converged, strict=True)
+            for row in zip(self.found.tasks, self.states, progress, strict=True)
         ]
         done = self.trials_done
         update_job(
@@ -442,9 +441,10 @@ class _Job:
         return "trials" if budget.left <= 0 else None
 
     def _task_summary(
-        self, task: Any, state: TaskState, estimate: Estimate | None, converged: bool
+        self, task: Any, state: TaskState, progress: TaskProgress | None
     ) -> TaskSummary:
         found = self.db.best(task.mod, self.target)
+        estimate = progress.estimate if progress is not None else None
         return TaskSummary(
             name=task.name,
             weight=task.weight,
@@ -454,7 +454,9 @@ class _Job:
             baseline_sec=state.baseline_sec,
             flops=task.flops,
             expected_gain=None if estimate is None else round(estimate.expected_gain, 4),
-            converged=converged,
+            converged=progress is not None and progress.converged,
+            searched=progress.tried[-1] if progress is not None and progress.tried else 0,
+            converged_at=progress.converged_at if progress is not None else None,
         )
 
 

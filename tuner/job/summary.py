@@ -21,6 +21,10 @@ class TaskSummary:
     # None: the pipelined search measured no round of it), and whether it stopped on it
     expected_gain: float | None = None
     converged: bool = False
+    # new candidates its pipelined search measured, and how many it had when it converged
+    # (None: not converged); a converged task gets no round after, so the two are equal
+    searched: int = 0
+    converged_at: int | None = None
 
     @property
     def gflops(self) -> float | None:

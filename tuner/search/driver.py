@@ -489,6 +489,7 @@ class ActorSearch:
         progress.estimate = estimate(progress.history(), self.convergence)
         if self.plan.converge_gain is not None and progress.estimate.converged:
             progress.converged = True
+            progress.converged_at = progress.tried[-1]
 
     @property
     def converged(self) -> bool:

@@ -28,6 +28,7 @@ class TaskProgress:
     samples: tuple[float, ...] = ()  # the timed runs of its best found by this search
     estimate: Estimate | None = None  # the gain still available (tuner.search.convergence)
     converged: bool = False  # its expected gain fell below the job's --gain: no more rounds
+    converged_at: int | None = None  # its new trials (``tried``) when it converged
 
     @property
     def open(self) -> bool:

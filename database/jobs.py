@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from database.models import JobRow
+from database.models import JobRow, JobTaskRow
 from database.storage import Storage
 
 
@@ -35,3 +35,26 @@ def set_job_fields(session: Session, job_id: int, fields: dict[str, Any]) -> Non
 def update_job(storage: Storage, job_id: int, **fields: Any) -> None:
     """Update fields of a job row in a transaction of its own (nothing if it is gone)."""
     storage.run(lambda session: set_job_fields(session, job_id, fields))
+
+
+def record_job_tasks(storage: Storage, job_id: int, tasks: list[dict[str, Any]]) -> None:
+    """Store how each of job ``job_id``'s tasks ended (one ``job_tasks`` row per task, its
+    fields as :class:`database.models.JobTaskRow`'s), replacing any stored before."""
+
+    def write(session: Session) -> None:
+        session.query(JobTaskRow).filter(JobTaskRow.job_id == job_id).delete()
+        session.add_all(JobTaskRow(job_id=job_id, **task) for task in tasks)
+
+    storage.run(write)
+
+
+def job_tasks(storage: Storage, job_id: int) -> list[dict[str, Any]]:
+    """How each of job ``job_id``'s tasks ended, in the order the job stored them."""
+
+    def load(session: Session) -> list[dict[str, Any]]:
+        rows = session.query(JobTaskRow).filter(JobTaskRow.job_id == job_id).order_by(JobTaskRow.id)
+        return [
+            {c.name: getattr(row, c.name) for c in JobTaskRow.__table__.columns} for row in rows
+        ]
+
+    return storage.run(load, write=False)

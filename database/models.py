@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 
 from sqlalchemy import (
+    Boolean,
     DateTime,
     Float,
     ForeignKey,
@@ -75,6 +76,26 @@ class JobRow(Base):
     started_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     finished_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
     error: Mapped[str | None] = mapped_column(Text)
+
+
+class JobTaskRow(Base):
+    """How one of a finished job's tasks ended: its weight in the model (calls per run), the
+    trials it had, its best and untuned latencies, and whether its search converged."""
+
+    __tablename__ = "job_tasks"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    workload_id: Mapped[int | None] = mapped_column(
+        ForeignKey("workloads.id", ondelete="SET NULL"), index=True
+    )
+    name: Mapped[str] = mapped_column(String(256))
+    weight: Mapped[int] = mapped_column(Integer)
+    trials: Mapped[int] = mapped_column(Integer)
+    best_sec: Mapped[float | None] = mapped_column(Float)
+    baseline_sec: Mapped[float | None] = mapped_column(Float)
+    expected_gain: Mapped[float | None] = mapped_column(Float)
+    converged: Mapped[bool] = mapped_column(Boolean, default=False)
+    converged_at: Mapped[int | None] = mapped_column(Integer)
 
 
 class RecordRow(Base):

@@ -19,7 +19,7 @@ from typing import Any
 import tvm
 
 from database import Storage, TuneFarmDatabase
-from database.jobs import start_job, update_job
+from database.jobs import record_job_tasks, start_job, update_job
 from database.models import utcnow
 from tuner.errors import JobInterrupted, TuneFarmError
 from tuner.interrupt import deadline, stop_on_sigint
@@ -36,8 +36,8 @@ from tuner.job.recorder import JobRecorder
 from tuner.job.summary import JobSummary, TaskSummary, device_busy
 from tuner.job.tasks import JobTasks, job_tasks, thin_budget_warning
 from tuner.progress import JobProgress, SilentProgress, TaskState
-from tuner.search.scheduler import TaskProgress
 from tuner.search.driver import ActorSearch
+from tuner.search.scheduler import TaskProgress
 from tuner.startup import SearchPrep
 from tuner.targets import device_kind
 from workers.builder import RayBuilder
@@ -397,6 +397,11 @@ class _Job:
             for row in zip(self.found.tasks, self.states, progress, strict=True)
         ]
         done = self.trials_done
+        record_job_tasks(
+            self.db.storage,
+            self.job_id,
+            [self._task_row(*t) for t in zip(self.found.tasks, tasks, strict=True)],
+        )
         update_job(
             self.db.storage, self.job_id, status="done", finished_at=utcnow(), trials_done=done
         )
@@ -439,6 +444,20 @@ class _Job:
         if self.search_actors is not None and self.search_actors.converged:
             return "converged"
         return "trials" if budget.left <= 0 else None
+
+    def _task_row(self, task: Any, summary: TaskSummary) -> dict[str, Any]:
+        """The ``job_tasks`` row of a task's summary (:func:`database.jobs.record_job_tasks`)."""
+        return {
+            "workload_id": self.db.workload_id(task.mod),
+            "name": summary.name,
+            "weight": summary.weight,
+            "trials": summary.trials,
+            "best_sec": summary.best_sec,
+            "baseline_sec": summary.baseline_sec,
+            "expected_gain": summary.expected_gain,
+            "converged": summary.converged,
+            "converged_at": summary.converged_at,
+        }
 
     def _task_summary(
         self, task: Any, state: TaskState, progress: TaskProgress | None

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from database.errors import DatabaseError
 from database.storage import default_url
 from tuner.cli.cluster import AddressOpt
 from tuner.cli.common import DbOpt, err_console, user_errors
@@ -26,6 +27,16 @@ TokenOpt = Annotated[
         envvar="TUNEFARM_DASHBOARD_TOKEN",
         help="Access token every request must carry (?token=, then a cookie). Off loopback "
         "without one, a token is generated and printed.",
+        show_default=False,
+    ),
+]
+
+CompareDbOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--compare-db",
+        help="A second database (SQLAlchemy URL, read-only too) whose jobs /compare-db sets "
+        "beside this one's.",
         show_default=False,
     ),
 ]
@@ -60,6 +71,7 @@ def dashboard(
     port: PortOpt = 8765,
     token: TokenOpt = None,
     address: AddressOpt = None,
+    compare_db: CompareDbOpt = None,
 ) -> None:
     """Serve a read-only web view of the database: jobs (live), curves, coverage, devices."""
     import uvicorn
@@ -73,11 +85,19 @@ def dashboard(
         token = secrets.token_urlsafe(18)
     check_port(host, port)
     database = open_read_only(db or default_url())
-    app = create_app(DashboardConfig(db=database, token=token, address=address))
+    other = None
+    if compare_db is not None:
+        try:
+            other = open_read_only(compare_db)
+        except DatabaseError as err:  # the line names which of the two databases it is
+            database.dispose()
+            raise DatabaseError(f"--compare-db: {err}") from None
+    app = create_app(DashboardConfig(db=database, token=token, address=address, compare=other))
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}/" + (f"?token={token}" if token else "")
+    beside = f"; {other.where} read-only beside it at /compare-db" if other else ""
     err_console.print(
-        f"serving {database.where} read-only at {url} (Ctrl-C stops)",
+        f"serving {database.where} read-only at {url} (Ctrl-C stops){beside}",
         highlight=False,
         soft_wrap=True,
     )
@@ -85,6 +105,8 @@ def dashboard(
         uvicorn.run(app, host=host.strip("[]"), port=port, log_level="warning", access_log=False)
     finally:
         database.dispose()
+        if other is not None:
+            other.dispose()
 
 
 def register(app: typer.Typer) -> None:

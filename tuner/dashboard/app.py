@@ -49,6 +49,7 @@ class DashboardConfig:
     db: ReadOnlyDatabase
     token: str | None = None
     address: str | None = None  # a Ray cluster whose live workers the devices page lists
+    compare: ReadOnlyDatabase | None = None  # a second database whose jobs /compare-db shows
     jobs_limit: int = 100
 
     def __post_init__(self) -> None:
@@ -163,22 +164,38 @@ class SecurityHeaders:
 Handler = Callable[[Request], Awaitable[Response]]
 
 
+class DatabaseFailed(Exception):
+    """A read failed on one of the dashboard's databases: one line naming it (password
+    hidden)."""
+
+    def __init__(self, where: str, err: DBAPIError) -> None:
+        text = error_summary(getattr(err, "orig", None) or err, with_type=False)
+        super().__init__(f"database error on {where}: {text}")
+
+
 def create_app(config: DashboardConfig) -> Starlette:
     """The dashboard's ASGI app over ``config.db``."""
     env = _environment()
     db = config.db
     finished = queries.FinishedJobs()
 
-    async def read(fn: Callable[[Connection], Any]) -> Any:
+    async def read(fn: Callable[[Connection], Any], on: ReadOnlyDatabase = db) -> Any:
         def run() -> Any:
-            with db.engine.connect() as conn:
-                return fn(conn)
+            try:
+                with on.engine.connect() as conn:
+                    return fn(conn)
+            except DBAPIError as err:
+                raise DatabaseFailed(on.where, err) from None
 
         return await run_in_threadpool(run)
 
     def page(name: str, request: Request, **context: Any) -> HTMLResponse:
         html = env.get_template(name).render(
-            where=db.where, path=request.url.path, poll_ms=POLL_MS, **context
+            where=db.where,
+            path=request.url.path,
+            poll_ms=POLL_MS,
+            second=config.compare.where if config.compare else None,
+            **context,
         )
         return HTMLResponse(html)
 
@@ -231,6 +248,24 @@ def create_app(config: DashboardConfig) -> Starlette:
             return {"jobs": jobs}
         return await read(lambda c: queries.compare(c, a, b))
 
+    async def compare_db_data(request: Request) -> Any:
+        other = config.compare
+        if other is None:
+            return {"error": "no second database: start the dashboard with --compare-db URL"}
+        a, b = int_param(request, "a"), int_param(request, "b")
+        if a is None or b is None:  # the form: a job of each database
+            limit = config.jobs_limit
+            return {
+                "jobs": await read(lambda c: queries.jobs(c, limit=limit, cache=finished)),
+                "other_jobs": await read(lambda c: queries.jobs(c, limit=limit), other),
+                "other_where": other.where,
+            }
+        side_a = await read(lambda c: queries.compare_side(c, a))
+        side_b = await read(lambda c: queries.compare_side(c, b), other)
+        if side_a is None or side_b is None:
+            return None
+        return {**queries.compare_sides(side_a, side_b), "other_where": other.where}
+
     views: dict[str, tuple[Callable[[Request], Awaitable[Any]], str, str]] = {
         "/": (jobs_data, "jobs.html", "jobs"),
         "/jobs/{job_id:int}": (job_data, "job.html", "job"),
@@ -240,6 +275,7 @@ def create_app(config: DashboardConfig) -> Starlette:
         "/workloads/{wid:int}": (workload_data, "workload.html", "workload"),
         "/devices": (devices_data, "devices.html", "devices"),
         "/compare": (compare_data, "compare.html", "jobs to compare"),
+        "/compare-db": (compare_db_data, "compare.html", "jobs to compare"),
     }
 
     def html_view(fetch: Callable[[Request], Awaitable[Any]], template: str, what: str) -> Handler:
@@ -271,13 +307,12 @@ def create_app(config: DashboardConfig) -> Starlette:
     routes.append(Mount("/static", StaticFiles(directory=HERE / "static"), name="static"))
 
     async def db_failed(request: Request, exc: Exception) -> Response:
-        text = error_summary(getattr(exc, "orig", None) or exc, with_type=False)
-        line = f"database error on {db.where}: {text}"
+        line = str(exc)
         if request.url.path.startswith("/api/"):
             return JSONResponse({"error": line}, status_code=503)
         return PlainTextResponse(line, status_code=503)
 
-    app = Starlette(routes=routes, exception_handlers={DBAPIError: db_failed})
+    app = Starlette(routes=routes, exception_handlers={DatabaseFailed: db_failed})
     app.add_middleware(SecurityHeaders)
     app.add_middleware(TokenGate, token=config.token)
     return app

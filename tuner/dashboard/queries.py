@@ -24,7 +24,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, func, select, text
 
 from database.evidence import best_of
-from database.models import EMPTY_TRACE, JobRow, RecordRow, WorkloadRow
+from database.models import EMPTY_TRACE, JobRow, JobTaskRow, RecordRow, WorkloadRow
 
 JOB_STATUSES = ("running", "done", "interrupted", "failed")
 
@@ -291,9 +291,11 @@ def job(conn: Connection, job_id: int) -> dict[str, Any] | None:
         for wid in wids
         if (found := best_of(conn, wid, [RecordRow.target_key == tkey])) is not None
     }
+    ended = _task_ends(conn, job_id)
     rows = []
     for wid, best, tkey in kernels:
         w = info[wid]
+        end = ended.get(wid)
         db_best = db_bests.get(wid)
         default = defaults.get((wid, tkey))
         n, nv = counts.get(wid, (0, 0))
@@ -309,9 +311,15 @@ def job(conn: Connection, job_id: int) -> dict[str, Any] | None:
                 "default_sec": default,
                 "gflops": w.flops / best / 1e9 if w.flops and best else None,
                 "speedup": _ratio(default, best),
+                # how the task ended (None: the job stored no job_tasks row for it)
+                "weight": end.weight if end else None,
+                "converged": end.converged if end else None,
+                "converged_at": end.converged_at if end else None,
+                "expected_gain": end.expected_gain if end else None,
             }
         )
     out["kernels"] = rows
+    out["task_ends"] = bool(ended)
     out["target_key"] = kernels[0][2] if kernels else None
     target = conn.execute(
         select(RecordRow.target_json, RecordRow.target_kind)
@@ -332,6 +340,16 @@ def job(conn: Connection, job_id: int) -> dict[str, Any] | None:
     ]
     out["phases"] = _phases(conn, row, wids)
     return out
+
+
+def _task_ends(conn: Connection, job_id: int) -> dict[int, Any]:
+    """How each of a finished job's tasks ended, by workload (``job_tasks``, one seek of its
+    job index); empty for a running job and for jobs that ended before revision 0008."""
+    t = JobTaskRow
+    query = select(t.workload_id, t.weight, t.converged, t.converged_at, t.expected_gain).where(
+        t.job_id == job_id, t.workload_id.is_not(None)
+    )
+    return {row.workload_id: row for row in conn.execute(query)}
 
 
 def _phases(conn: Connection, job: Any, wids: Sequence[int]) -> list[dict[str, Any]]:
@@ -515,7 +533,17 @@ def coverage(conn: Connection, model: str, target_key: str | None = None) -> dic
             "speedup": _ratio(default, best),
             "tuned": best is not None and (default is None or best < default),
         }
+    weights = _task_weights(conn, job_ids)
+    for row in grid.values():
+        for cell in row.values():
+            cell["weight"] = weights.get(cell["workload_id"])
     cells = [c for row in grid.values() for c in row.values()]
+    weighted = bool(cells) and all(c["weight"] is not None for c in cells)
+    if weighted:  # the share of kernel calls (one model run at each bucket) served tuned
+        calls = sum(c["weight"] for c in cells)
+        share = sum(c["weight"] for c in cells if c["tuned"]) / calls if calls else None
+    else:  # no weight for some cell (jobs before revision 0008): the share of cells
+        share = sum(c["tuned"] for c in cells) / len(cells) if cells else None
     kinds = (
         dict(
             conn.execute(
@@ -534,9 +562,27 @@ def coverage(conn: Connection, model: str, target_key: str | None = None) -> dic
         "targets": [{"key": t, "kind": kinds.get(t)} for t in targets],
         "buckets": sorted(buckets, key=_bucket_order),
         "kernels": [{"kernel": k, "cells": grid[k]} for k in sorted(grid)],
-        "tuned_share": sum(c["tuned"] for c in cells) / len(cells) if cells else None,
+        "tuned_share": share,
+        "share_of": "calls" if weighted else "cells",
         "cells": len(cells),
+        "cells_weighted": sum(c["weight"] is not None for c in cells),
     }
+
+
+def _task_weights(conn: Connection, job_ids: Sequence[int]) -> dict[int, int]:
+    """Each workload's weight (calls per model run) as the newest of ``job_ids`` that
+    stored one gives it (``job_tasks``, through its job index)."""
+    t = JobTaskRow
+    out: dict[int, int] = {}
+    for chunk in _chunks(sorted(job_ids, reverse=True)):
+        query = (
+            select(t.workload_id, t.weight)
+            .where(t.job_id.in_(chunk), t.workload_id.is_not(None))
+            .order_by(t.job_id.desc())
+        )
+        for wid, weight in conn.execute(query):
+            out.setdefault(wid, weight)
+    return out
 
 
 def _bucket_order(label: str) -> tuple[Any, ...]:
@@ -727,36 +773,64 @@ def devices(conn: Connection) -> list[dict[str, Any]]:
     return out
 
 
-def compare(conn: Connection, a: int, b: int) -> dict[str, Any] | None:
-    """Two jobs side by side: their whole-model curves and per-kernel best-time ratios."""
-    found = {j["id"]: j for j in jobs(conn, ids=[a, b], bests=True)}
-    if a not in found or b not in found:
+def compare_side(conn: Connection, job_id: int) -> dict[str, Any] | None:
+    """One side of a comparison: the job, its kernels' bests by (structural hash, bucket),
+    its whole-model curves."""
+    found = jobs(conn, ids=[job_id], bests=True)
+    if not found:
         return None
-    ja, jb = found[a], found[b]
-    info = _workloads(conn, ja["kernel_bests"])
+    j = found[0]
+    info = _workloads(conn, j["kernel_bests"])
+    kernels = {
+        (info[wid].shash, info[wid].bucket_json or ""): {
+            "workload_id": wid,
+            "kernel": kernel_name(info[wid].task_name, info[wid].shash, info[wid].family_shash),
+            "bucket": bucket_label(info[wid].bucket_json),
+            "sec": sec,
+        }
+        for wid, sec in j["kernel_bests"].items()
+    }
+    c = curves(conn, job_id)
+    keys = ("id", "name", "model", "status", "trials", "speedup", "target_kind", "device")
+    return {
+        "job": {key: j[key] for key in keys},
+        "kernels": kernels,
+        "curve": {**c["model"], "end": c["end"]} if c else None,
+    }
+
+
+def compare_sides(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Two sides (:func:`compare_side`, of one database or two) side by side: their curves,
+    and the ratio of their bests on each kernel both tuned, matched by structural hash and
+    bucket (workload ids differ between databases)."""
     kernels = []
-    for wid, a_sec in ja["kernel_bests"].items():
-        if wid not in jb["kernel_bests"]:
+    for key, ka in a["kernels"].items():
+        kb = b["kernels"].get(key)
+        if kb is None:
             continue
-        b_sec, w = jb["kernel_bests"][wid], info[wid]
         kernels.append(
             {
-                "workload_id": wid,
-                "kernel": kernel_name(w.task_name, w.shash, w.family_shash),
-                "bucket": bucket_label(w.bucket_json),
-                "a_sec": a_sec,
-                "b_sec": b_sec,
-                "ratio": _ratio(b_sec, a_sec),
+                "workload_id": ka["workload_id"],
+                "b_workload_id": kb["workload_id"],
+                "kernel": ka["kernel"],
+                "bucket": ka["bucket"],
+                "shash": key[0],
+                "a_sec": ka["sec"],
+                "b_sec": kb["sec"],
+                "ratio": _ratio(kb["sec"], ka["sec"]),
             }
         )
-    ca, cb = curves(conn, a), curves(conn, b)
-    keys = ("id", "name", "model", "status", "trials", "speedup")
     return {
-        "a": {key: ja[key] for key in keys},
-        "b": {key: jb[key] for key in keys},
+        "a": a["job"],
+        "b": b["job"],
         "kernels": kernels,
-        "curves": {
-            side: {**c["model"], "end": c["end"]} if c else None
-            for side, c in (("a", ca), ("b", cb))
-        },
+        "curves": {"a": a["curve"], "b": b["curve"]},
     }
+
+
+def compare(conn: Connection, a: int, b: int) -> dict[str, Any] | None:
+    """Two jobs of one database side by side: whole-model curves, per-kernel ratios."""
+    side_a, side_b = compare_side(conn, a), compare_side(conn, b)
+    if side_a is None or side_b is None:
+        return None
+    return compare_sides(side_a, side_b)

@@ -25,12 +25,22 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve(url: str, *, token: str | None = None, host: str = "127.0.0.1") -> Iterator[str]:
-    """Serve the dashboard of ``url``; yields its base URL (``http://127.0.0.1:PORT``)."""
+def serve(
+    url: str,
+    *,
+    token: str | None = None,
+    host: str = "127.0.0.1",
+    compare: str | None = None,
+    address: str | None = None,
+) -> Iterator[str]:
+    """Serve the dashboard of ``url`` (``compare``: a second database, ``address``: a Ray
+    cluster); yields its base URL (``http://127.0.0.1:PORT``)."""
     db = open_read_only(url)
+    other = open_read_only(compare) if compare is not None else None
     port = free_port()
+    app = create_app(DashboardConfig(db=db, token=token, address=address, compare=other))
     config = uvicorn.Config(
-        create_app(DashboardConfig(db=db, token=token)),
+        app,
         host=host,
         port=port,
         log_level="warning",
@@ -50,6 +60,8 @@ def serve(url: str, *, token: str | None = None, host: str = "127.0.0.1") -> Ite
         server.should_exit = True
         thread.join(timeout=20)
         db.dispose()
+        if other is not None:
+            other.dispose()
 
 
 def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, str, dict[str, str]]:

@@ -178,7 +178,15 @@ function kernelRow(k, targetKey) {
     el("td", { class: "n" }, k.trials), el("td", { class: "n" }, k.failed),
     el("td", { class: "n" }, fmtSec(k.default_sec)), el("td", { class: "n" }, fmtSec(k.best_sec)),
     el("td", { class: "n" }, k.gflops === null ? "-" : k.gflops.toFixed(1)),
-    el("td", { class: "n" }, fmtX(k.speedup)), el("td", { class: "n" }, fmtSec(k.database_best_sec)));
+    el("td", { class: "n" }, fmtX(k.speedup)), el("td", { class: "n" }, fmtSec(k.database_best_sec)),
+    el("td", { class: "conv" }, convergedText(k)),
+    el("td", { class: "n" }, k.expected_gain === null ? "—" : (k.expected_gain * 100).toFixed(1) + "%"));
+}
+
+function convergedText(k) {
+  if (k.converged === null) return "—";
+  if (!k.converged) return "no";
+  return k.converged_at === null ? "yes" : `yes, at ${k.converged_at}`;
 }
 
 function drawPhases() {

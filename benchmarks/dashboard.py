@@ -4,7 +4,8 @@ For SQLite (a temporary file) and PostgreSQL (a fresh database on the server nam
 ``--pg`` or ``$TUNEFARM_TEST_PG_URL``), a synthetic team database is bulk-inserted through the
 models: ``--models`` models of ``--kernels`` kernels at 3 buckets each, ``--jobs`` jobs
 spread over them (the newest still running), the records split evenly over the jobs, on three
-devices; each model's first job records the kernels' untuned defaults. Then the real
+devices; each model's first job records the kernels' untuned defaults, each finished job
+how its tasks ended (``job_tasks``: weights, converged). Then the real
 dashboard server (uvicorn on loopback) is asked for every page and the JSON the pages fetch;
 a page's time is the request's wall time at the client (server time plus the loopback
 round trip): the first request, then the median and the slowest of ``--repeats`` more (the
@@ -34,7 +35,7 @@ from sqlalchemy import insert, select, update
 
 from benchmarks.common import RESULTS, machine_header
 from database import Storage
-from database.models import EMPTY_TRACE, JobRow, RecordRow, WorkloadRow
+from database.models import EMPTY_TRACE, JobRow, JobTaskRow, RecordRow, WorkloadRow
 
 BATCH = 20_000
 BUDGET_MS = 300.0
@@ -124,6 +125,23 @@ def fill(url: str, records: int, n_models: int, n_kernels: int, n_jobs: int) -> 
                 conn.execute(insert(RecordRow), rows)
                 done += n
             serial += per_job
+            if not running:  # how each task ended, as a finished job stores it
+                ends = [
+                    {
+                        "job_id": job_id,
+                        "workload_id": wid,
+                        "name": f"fused_kernel_{k}",
+                        "weight": 1 + k % 3,
+                        "trials": per_job // len(kernels),
+                        "best_sec": 1e-4,
+                        "baseline_sec": 2e-4,
+                        "expected_gain": 0.01 * (k % 5),
+                        "converged": k % 2 == 0,
+                        "converged_at": per_job // len(kernels) // 2 if k % 2 == 0 else None,
+                    }
+                    for k, wid in enumerate(kernels)
+                ]
+                conn.execute(insert(JobTaskRow), ends)
         last_job = conn.scalar(select(JobRow.id).order_by(JobRow.id.desc()).limit(1))
         conn.execute(update(JobRow).where(JobRow.id == last_job).values(finished_at=None))
     if storage.dialect == "postgresql":

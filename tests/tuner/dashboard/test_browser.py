@@ -133,6 +133,10 @@ def test_every_page_renders_its_data_escaped_and_leaves_the_database_as_it_was(
         for chart in ("model-time", "model-trials", "tasks-time", "tasks-trials"):
             assert page.locator(f"#chart-{chart} svg path").count() >= 1, chart
         assert page.locator("#phases .phase").count() >= 3
+        # how each task ended, as the finished job stored it (job_tasks)
+        converged = page.locator("#kernels tbody td.conv").all_inner_texts()
+        assert len(converged) >= 4
+        assert all(t == "no" or t.startswith("yes") for t in converged), converged
         tab.shot("job")
 
         page = tab.open("/models")
@@ -141,6 +145,8 @@ def test_every_page_renders_its_data_escaped_and_leaves_the_database_as_it_was(
         assert page.locator("#coverage thead th").all_inner_texts()[1:] == ["n=4", "n=16"]
         assert page.locator("#coverage td.tuned").count() >= 1
         assert page.locator("#tuned-share").inner_text().endswith("%")
+        # weighted by the tasks' calls per model run, which the finished job stored
+        assert page.locator("p.summary").get_attribute("data-share-of") == "calls"
         tab.shot("coverage")
 
         page.locator("#coverage td.tuned a").first.click()
@@ -196,3 +202,21 @@ def test_a_job_started_during_the_test_shows_running_then_done(
             assert page.locator(f"#chart-compare-{axis} svg path").count() == 2
         tab.shot("compare")
         tab.close()
+
+    # the live job's database beside the first one: a job of each compared, both untouched
+    before = _sha(browse_db), _sha(path)
+    with serve(f"sqlite:///{browse_db}", compare=url) as base:
+        tab = Page(browser, base)
+        page = tab.open("/compare-db")
+        page.locator("select[name=a]").select_option("1")
+        page.locator("select[name=b]").select_option("3")
+        page.get_by_role("button", name="Compare").click()
+        page.wait_for_load_state("networkidle")
+        assert page.url.endswith("/compare-db?a=1&b=3")
+        assert str(path) in page.locator("#sides").inner_text()
+        assert page.locator("#ratios tbody tr").count() >= 4  # matched by hash and bucket
+        for axis in ("time", "trials"):
+            assert page.locator(f"#chart-compare-{axis} svg path").count() == 2
+        tab.shot("compare-db")
+        tab.close()
+    assert (_sha(browse_db), _sha(path)) == before

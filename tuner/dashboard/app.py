@@ -243,9 +243,13 @@ def create_app(config: DashboardConfig) -> Starlette:
 
     async def compare_data(request: Request) -> Any:
         a, b = int_param(request, "a"), int_param(request, "b")
-        if a is None or b is None:  # the form: pick two jobs
+        if a is None or b is None:  # the form: pick two jobs (A preselected if given)
             jobs = await read(lambda c: queries.jobs(c, limit=config.jobs_limit, cache=finished))
-            return {"jobs": jobs}
+            ids = [j["id"] for j in jobs]
+            if a not in ids:  # the second newest against the newest
+                a = ids[min(1, len(ids) - 1)] if ids else None
+            b = next((i for i in ids if i != a), a)
+            return {"jobs": jobs, "pick": {"a": a, "b": b}}
         return await read(lambda c: queries.compare(c, a, b))
 
     async def compare_db_data(request: Request) -> Any:
@@ -259,6 +263,7 @@ def create_app(config: DashboardConfig) -> Starlette:
                 "jobs": await read(lambda c: queries.jobs(c, limit=limit, cache=finished)),
                 "other_jobs": await read(lambda c: queries.jobs(c, limit=limit), other),
                 "other_where": other.where,
+                "pick": {"a": a, "b": None},
             }
         side_a = await read(lambda c: queries.compare_side(c, a))
         side_b = await read(lambda c: queries.compare_side(c, b), other)

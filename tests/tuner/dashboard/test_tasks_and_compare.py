@@ -165,6 +165,12 @@ def test_two_databases_compared_by_structural_hash_and_bucket(model_db: str, oth
         assert "#2 new" in form and "&lt;img src=x onerror=alert(1)&gt;" in form
         assert XSS not in form
         assert "/compare-db" in get(base + "/compare")[1]  # the one-database form links it
+        # from a job's page: that job preselected as A, in either form
+        assert 'href="/compare-db?a=2"' in get(base + "/jobs/2")[1]
+        assert '<option value="2" selected>' in get(base + "/compare-db?a=2")[1]
+        form = get(base + "/compare?a=1")[1]
+        assert form.count('<option value="1" selected>') == 1  # A
+        assert form.count('<option value="2" selected>') == 1  # B: another job
         status, body, _ = get(base + "/api/compare-db?a=2&b=1")
         assert status == 200
         data = json.loads(body)

@@ -88,6 +88,14 @@ class Evidence:
         }
 
 
+def evidence_fields(ev: Evidence | None) -> dict[str, Any]:
+    """The evidence fields a report shows per kernel (``db best``, ``build``, ``bench
+    --kernels``): :meth:`Evidence.to_dict`, or the same keys empty without a tuned record."""
+    if ev is None:
+        return {"runs": 0, "samples": 0, "median": None, "spread": None, "confirmed": False}
+    return ev.to_dict()
+
+
 @dataclass(frozen=True)
 class Bounded(Generic[S]):
     """A schedule with the lower bound of its pooled median (its records' lowest median)."""

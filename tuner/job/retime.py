@@ -33,7 +33,8 @@ from workers.runner import RayRunner
 log = logging.getLogger("tunefarm.job")
 # re-timings of one task at most: when the build's pick after one is a schedule it did not
 # time (the re-timed ones' lucky first timings gone, the next one's is the lowest), the new
-# top few are re-timed once more
+# top few are re-timed once more; when it is a challenger the rule did not promote (its
+# pooled median lower, its paired rounds undecided), the two are timed again
 PASSES = 2
 
 
@@ -97,16 +98,28 @@ def retime(
     out = []
     for task in tasks:
         timed: set[str] = set()
+        last: Retimed | None = None
         for _ in range(PASSES):
             found = db.top(task.mod, target, top)
-            if len(found) < 2 or found[0][0] in timed:
-                break  # the build's pick has been re-timed (or has no rival)
+            if len(found) < 2:
+                break
+            if found[0][0] in timed:
+                if last is None or last.agrees:
+                    break  # the build's pick is the rule's winner
+                # the pooled median prefers a challenger the paired rounds could not tell
+                # from the winner: the two are timed again, the winner as the incumbent
+                won = last.candidates[last.winner]
+                found = [f for f in found if f[0] == won] + [f for f in found if f[0] != won]
+                found = found[:2] if found[0][0] == won else []
+                if not found:
+                    break
             done = _retime_task(task, found, target, builder, runner, db, job_id, rounds)
             if done is None:
                 break
             timed.update(done.candidates)
             pick = db.top(task.mod, target, 1)
-            out.append(replace(done, pick=pick[0][0] if pick else None))
+            last = replace(done, pick=pick[0][0] if pick else None)
+            out.append(last)
     return out
 
 

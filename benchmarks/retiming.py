@@ -4,7 +4,7 @@ a fresh process, without and with the end-of-job re-timing (``tune --retime``).
 Per seed, two jobs tune the model into fresh SQLite files, back to back (paired; the order
 alternates from seed to seed): ``--retime 0`` (before) and ``--retime 3`` (after). After each
 job a fresh Python process builds every task's best schedule (what ``build`` applies) and times
-the kernels interleaved, round by round (:func:`benchmarks.time_to_quality.retime`). Per job
+the kernels interleaved, round by round, as the job's runner times a candidate. Per job
 the figure is the median over tasks of recorded / re-timed (the pooled median ``db best``
 reports over the fresh process's median): below 1, the records are optimistic. Target (issue
 65): within 3% (0.97-1.03) with the re-timing. Usage::
@@ -33,7 +33,7 @@ VARIANTS = {"before": 0, "after": 3}  # --retime of each variant
 TARGET = 0.03  # |recorded / re-timed - 1|, the median over tasks
 
 
-def fresh_retime(url: str, rounds: int = 5) -> list[dict[str, Any]]:
+def fresh_retime(url: str, rounds: int = 3) -> list[dict[str, Any]]:
     """In this (fresh) process: every task's best schedule in ``url`` on this host's target,
     built and timed interleaved; per task its recorded median and the re-timed one."""
     import tvm
@@ -74,20 +74,33 @@ def fresh_retime(url: str, rounds: int = 5) -> list[dict[str, Any]]:
 
 
 def _time_interleaved(mods: list[Any], target: Any, rounds: int) -> list[float]:
-    """Each kernel's median over ``rounds`` of seconds per call, the kernels timed one after
-    the other in each round (each round starting at another kernel), as the time-to-quality
-    benchmark re-times (20 ms a repeat)."""
+    """Each kernel's median run time over ``rounds`` rounds, the kernels timed one after the
+    other in each round (each round starting at another kernel), each as the job's runner
+    times a candidate (:func:`workers.measure.timed_secs` with the job's default settings): the
+    same measurement, in another process."""
+    import functools
+
     import numpy as np
     import tvm
 
-    from tuner.kernel_profile import time_per_call
     from workers import fast_math
+    from workers.config import MeasureConfig
+    from workers.measure import timed_secs
 
     fast_math.install()  # the erf lowering the job's builders compiled
+    config = MeasureConfig(screen=0.0)
     dev, rng = tvm.cpu(), np.random.default_rng(0)
-    fns, args = [], []
+    evaluators, args = [], []
     for mod in mods:
-        fns.append(tvm.compile(mod, target)["main"])
+        rt = tvm.compile(mod, target).mod
+        evaluators.append(
+            functools.partial(
+                rt.time_evaluator,
+                "main",
+                dev,
+                f_preproc="cache_flush_cpu_non_first_arg" if config.cache_flush else "",
+            )
+        )
         args.append(
             [
                 tvm.runtime.tensor(
@@ -100,8 +113,7 @@ def _time_interleaved(mods: list[Any], target: Any, rounds: int) -> list[float]:
     for i in range(rounds):
         shift = (i * len(mods)) // rounds
         for k in list(range(shift, len(mods))) + list(range(shift)):
-            fns[k](*args[k])  # warm up
-            secs[k].append(time_per_call(fns[k], args[k], 0.02))
+            secs[k].extend(timed_secs(evaluators[k], args[k], config)[0])
     return [statistics.median(s) for s in secs]
 
 

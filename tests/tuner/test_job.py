@@ -61,6 +61,7 @@ def test_tune_records_every_trial(tuned_db, llvm_target) -> None:
     assert n_confirmed >= 1 and search["confirmed"]["median_ratio"] > 0
     retimed = search["retime"]
     assert retimed["tasks"] >= 1 and phases["retime"] > 0
+    assert 0 <= retimed["undecided"] <= retimed["tasks"]
     assert retimed["runs"] == sum(3 * t["rounds"] for t in retimed["by_task"])
     assert counts["schedules"] == 8
     assert counts["records"] == 8 + n_confirmed + retimed["runs"]

@@ -375,6 +375,9 @@ class _Job:
             "sec": round(self.retime_sec, 3),
             "tasks": len(done),
             "promoted": sum(1 for r in done if r.winner != 0),
+            # tasks whose build pick (the lowest pooled median) is not the rule's winner
+            # after their last pass: a challenger the paired rounds could not tell apart
+            "undecided": sum(1 for r in {r.task: r for r in done}.values() if not r.agrees),
             "runs": sum(r.rounds * len(r.candidates) for r in done),
             "by_task": [r.to_dict() for r in done],
         }

@@ -155,6 +155,11 @@ def benchmark_and_command(name: str, data: dict[str, Any]) -> tuple[str, str]:
         if isinstance(data.get("seeds"), list):
             cmd += " --seeds " + " ".join(str(s) for s in data["seeds"])
         return "bucket planner", cmd
+    if "retiming" in name:
+        cmd = "python -m benchmarks retiming"
+        if "trials" in data:
+            cmd += f" --trials {data['trials']} --seeds {len(data.get('pairs', []))}"
+        return "recorded vs fresh-process re-timing", cmd
     if "gpu-prebuilt" in name:
         return "GPU, untuned vs cuBLAS", "python -m benchmarks.gpu_prebuilt"
     if "gpu" in name or "h100" in name or "h200" in name:

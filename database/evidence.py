@@ -22,6 +22,7 @@ the order of that lower bound and the visit stops once the bound passes the best
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -88,6 +89,14 @@ class Evidence:
         }
 
 
+def evidence_fields(ev: Evidence | None) -> dict[str, Any]:
+    """The evidence fields a report shows per kernel (``db best``, ``build``, ``bench
+    --kernels``): :meth:`Evidence.to_dict`, or the same keys empty without a tuned record."""
+    if ev is None:
+        return {"runs": 0, "samples": 0, "median": None, "spread": None, "confirmed": False}
+    return ev.to_dict()
+
+
 @dataclass(frozen=True)
 class Bounded(Generic[S]):
     """A schedule with the lower bound of its pooled median (its records' lowest median)."""
@@ -103,30 +112,43 @@ def choose(
     samples_of: Callable[[list[S]], dict[S, list[tuple[int, list[float]]]]],
 ) -> tuple[S, Evidence] | None:
     """The schedule with the best evidence, of ``schedules`` given in ascending lower bound;
-    ``samples_of`` reads some schedules' (record id, run times) at once. Stops at the first
-    schedule whose bound is above the best median found: no later one can beat it. Schedules
-    whose bounds tie are read together, in one query."""
-    best: tuple[S, Evidence] | None = None
+    ``samples_of`` reads some schedules' (record id, run times) at once (:func:`ranked`)."""
+    found = ranked(schedules, samples_of, 1)
+    return found[0] if found else None
+
+
+def ranked(
+    schedules: Iterable[Bounded[S]],
+    samples_of: Callable[[list[S]], dict[S, list[tuple[int, list[float]]]]],
+    k: int,
+) -> list[tuple[S, Evidence]]:
+    """The ``k`` schedules with the best evidence, best first, of ``schedules`` given in
+    ascending lower bound. Stops at the first schedule whose bound is above the k-th best
+    median found: no later one can enter. Schedules whose bounds tie are read together, in
+    one query."""
+    top: list[tuple[S, Evidence]] = []
+
+    def bound() -> float:
+        return top[-1][1].median if len(top) >= k else math.inf
+
     it = iter(schedules)
     item = next(it, None)
-    while item is not None and (best is None or item.lower <= best[1].median):
-        bound = item.lower if best is None else best[1].median
+    while item is not None and item.lower <= bound():
+        limit = item.lower if len(top) < k else bound()
         batch = [item]
         item = next(it, None)
-        while item is not None and item.lower <= bound:
+        while item is not None and item.lower <= limit:
             batch.append(item)
             item = next(it, None)
         unknown = [b.schedule for b in batch if b.records is None]
         found = samples_of(unknown) if unknown else {}
         for b in batch:
-            schedule = b.schedule
-            records = list(b.records) if b.records is not None else found.get(schedule)
-            if not records:
-                continue
-            ev = Evidence.pool(records)
-            if best is None or ev.key() < best[1].key():
-                best = (schedule, ev)
-    return best
+            records = list(b.records) if b.records is not None else found.get(b.schedule)
+            if records:
+                top.append((b.schedule, Evidence.pool(records)))
+        top.sort(key=lambda se: se[1].key())
+        del top[k:]
+    return top
 
 
 # ------------------------------------------------------------------ queries

@@ -361,6 +361,42 @@ class TuneFarmDatabase(PyDatabase):
                 return BestRecord(record, level, ev.mean, ev)
             unusable = unusable | {(row.target_key, row.candidate_hash)}
 
+    def top(
+        self, mod: IRModule, target: tvm.target.Target, k: int
+    ) -> list[tuple[str, TuningRecord, Evidence]]:
+        """The ``k`` best schedules of ``mod`` measured on exactly ``target``, best first (the
+        first is :meth:`best`'s at the ``target`` level): (candidate hash, its record with
+        the pooled run times, its evidence). Records whose trace does not apply are left out."""
+        wid = self.workload_id(mod)
+        if wid is None or k < 1:
+            return []
+        values = {"tkey": TargetKey.of(target).key}
+
+        def lookup(session: Session) -> list[tuple[Any, Evidence]]:
+            conn, rows = session.connection(), {}
+            where = level_filters("target", values)
+            bounded = evidence.stream(conn, STREAM_QUERIES["target"], {"wid": wid, **values}, rows)
+            found = evidence.ranked(
+                bounded, lambda batch: evidence.samples(conn, wid, batch, where), k
+            )
+            out = []
+            for _, ev in found:
+                row = (
+                    rows.get(ev.first_id)
+                    or conn.execute(
+                        select(*evidence.ROW_COLUMNS).where(RecordRow.id == ev.first_id)
+                    ).one()
+                )
+                out.append((row, ev))
+            return out
+
+        out = []
+        for row, ev in self.storage.run(lookup, write=False):
+            record = self._usable_record(wid, mod, row, ev)
+            if record is not None:
+                out.append((row.candidate_hash, record, ev))
+        return out
+
     def _usable_record(
         self, wid: int, mod: IRModule, row: Any, ev: Evidence
     ) -> TuningRecord | None:

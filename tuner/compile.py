@@ -9,13 +9,14 @@ which lookup level (same device, same target, same architecture, same target kin
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import tvm
 from tvm import relax
 
 from database import Storage, TuneFarmDatabase
+from database.evidence import Evidence, evidence_fields
 from tuner.errors import TuneFarmError
 from tuner.fastimport import preload_tensor_intrin
 from tuner.pipeline import backend_passes, legalize, normalize, prepare, symbolic_vars_of
@@ -41,6 +42,19 @@ class KernelReport:
     mean_sec: float | None  # the record's measured latency
     symbolic: bool = False
     dispatch: str | None = None  # for symbolic kernels: the dispatch rule in force
+    # how sure the tuned record is (database.evidence): the pooled runs of its schedule; a
+    # symbolic kernel's per bucket its dispatch uses, as (bucket value, evidence)
+    evidence: Evidence | None = field(default=None, compare=False)
+    buckets: tuple[tuple[int, Evidence], ...] = field(default=(), compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """``build --json``'s kernel: where its schedule came from and its evidence
+        (``runs``, ``median``, ``spread``, ``confirmed``, as ``db best --json``)."""
+        out = {k: v for k, v in asdict(self).items() if k not in ("evidence", "buckets")}
+        out |= evidence_fields(self.evidence)
+        if self.symbolic:
+            out["buckets"] = [{"bucket": v, **evidence_fields(ev)} for v, ev in self.buckets]
+        return out
 
 
 @dataclass(frozen=True)
@@ -48,6 +62,8 @@ class BuildReport:
     """Which kernels (weighted by call count) came from tuned records."""
 
     kernels: tuple[KernelReport, ...]
+    # (bucket kernel name, evidence) of the symbolic kernels' dispatches
+    bucket_kernels: tuple[tuple[str, Evidence], ...] = field(default=(), compare=False)
 
     @property
     def tuned_calls(self) -> int:
@@ -64,6 +80,14 @@ class BuildReport:
     @property
     def untuned(self) -> list[str]:
         return [k.name for k in self.kernels if k.source == "untuned"]
+
+    def function_evidence(self) -> dict[str, Evidence]:
+        """The evidence behind each function of the build by name: a tuned kernel's, and
+        each bucket kernel's (the record of the bucket it was made from)."""
+        out = {k.name: k.evidence for k in self.kernels if k.evidence is not None}
+        for name, ev in self.bucket_kernels:
+            out[name] = ev
+        return out
 
 
 def _call_counts(mod: tvm.IRModule) -> dict[str, int]:
@@ -118,10 +142,27 @@ def inspect_kernels(
                 mean_sec=found.mean_sec if found else None,
                 symbolic=symbolic,
                 dispatch=plan.describe() if plan else None,
+                evidence=found.evidence if found else None,
+                buckets=_bucket_evidence(plan) if plan else (),
             )
         )
     kernels.sort(key=lambda k: k.name)
-    return BuildReport(tuple(kernels))
+    named = tuple(
+        (b.name, b.evidence)
+        for plan in dispatch.values()
+        for b in plan.buckets
+        if b.evidence is not None
+    )
+    return BuildReport(tuple(kernels), named)
+
+
+def _bucket_evidence(plan: KernelDispatch) -> tuple[tuple[int, Evidence], ...]:
+    """(bucket value, evidence) of each bucket whose record the dispatch's kernels use."""
+    seen: dict[int, Evidence] = {}
+    for b in plan.buckets:
+        if b.evidence is not None:
+            seen.setdefault(b.origin or b.value, b.evidence)
+    return tuple(sorted(seen.items(), key=lambda kv: kv[0]))
 
 
 def _with_database(

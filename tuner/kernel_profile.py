@@ -13,11 +13,14 @@ bound of the kernels' share; the rest is an upper bound of the VM's.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import tvm
+
+if TYPE_CHECKING:
+    from database.evidence import Evidence
 
 BUILTIN = "vm.builtin."
 
@@ -38,6 +41,8 @@ class KernelProfile:
     model_sec: float
     kernels: tuple[KernelTime, ...]  # most time first
     vm_calls: int  # every call the VM made: kernels, shape functions and builtins
+    # the evidence of the record behind each tuned function, by name (BuildReport)
+    evidence: Mapping[str, Evidence] = field(default_factory=dict, compare=False)
 
     @property
     def kernel_sec(self) -> float:
@@ -58,8 +63,13 @@ class KernelProfile:
             "kernel_sec": self.kernel_sec,
             "rest_sec": self.rest_sec,
             "vm_calls": self.vm_calls,
-            "kernels": [asdict(k) for k in self.kernels],
+            "kernels": [self._kernel_dict(k) for k in self.kernels],
         }
+
+    def _kernel_dict(self, k: KernelTime) -> dict[str, Any]:
+        from database.evidence import evidence_fields
+
+        return asdict(k) | evidence_fields(self.evidence.get(k.name))
 
 
 def _copy(arg: Any) -> Any:

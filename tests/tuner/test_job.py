@@ -36,7 +36,9 @@ def test_tune_records_every_trial(tuned_db, llvm_target) -> None:
     assert task.best_sec and task.baseline_sec
     assert task.speedup > 1.0  # tuned beats the untuned default kernel
     phases = summary.phases  # the driver's wall time by phase, for the benchmark suite
-    assert set(phases) == {"startup", "build_wait", "run_wait", "database", "probes", "search"}
+    assert set(phases) == {
+        "startup", "build_wait", "run_wait", "database", "probes", "retime", "search"
+    }  # fmt: skip
     assert phases["build_wait"] > 0 and phases["run_wait"] > 0 and phases["startup"] > 0
     assert phases["probes"] > 0  # preparing the untuned default: the driver's, not the search's
     from tuner.search.population import search_population
@@ -53,10 +55,16 @@ def test_tune_records_every_trial(tuned_db, llvm_target) -> None:
 
     counts = stats(Storage(tuned_db.url, create=False))
     # every new best was timed twice (repeat=2 each): the confirmation is a record of its
-    # own, no trial (8 schedules for --trials 8), and the best's evidence pools both timings
+    # own, no trial (8 schedules for --trials 8), and the best's evidence pools both timings;
+    # so is each run of the end-of-job re-timing (the top 3 schedules, 5 paired rounds)
     n_confirmed = search["confirmed"]["count"]
     assert n_confirmed >= 1 and search["confirmed"]["median_ratio"] > 0
-    assert counts["schedules"] == 8 and counts["records"] == 8 + n_confirmed
+    retimed = search["retime"]
+    assert retimed["tasks"] >= 1 and phases["retime"] > 0
+    assert 0 <= retimed["undecided"] <= retimed["tasks"]
+    assert retimed["runs"] == sum(3 * t["rounds"] for t in retimed["by_task"])
+    assert counts["schedules"] == 8
+    assert counts["records"] == 8 + n_confirmed + retimed["runs"]
     assert counts["jobs"] == 1 and counts["workloads"] == 1
     from sqlalchemy import func, select
 
@@ -70,9 +78,13 @@ def test_tune_records_every_trial(tuned_db, llvm_target) -> None:
         for cand, rid, secs in rows:
             by_schedule.setdefault(cand, []).append((rid, json.loads(secs)))
         assert conn.scalar(select(func.count()).select_from(RecordRow)) == counts["records"]
-    confirmed = [Evidence.pool(recs) for recs in by_schedule.values() if len(recs) > 1]
-    assert len(confirmed) == n_confirmed
-    assert all(e.confirmed and e.runs == 2 and e.samples == 4 for e in confirmed)
+    pooled = [Evidence.pool(recs) for recs in by_schedule.values()]
+    assert sum(e.runs for e in pooled) == counts["records"]
+    assert all(e.samples == 2 * e.runs for e in pooled)  # repeat=2: every run pooled
+    model = load_model(TINY)
+    mod = extract_tasks(prepare(model.mod, llvm_target), llvm_target)[0].mod
+    (cand, _, ev), *_ = TuneFarmDatabase(storage).top(mod, llvm_target, 1)
+    assert ev.runs == len(by_schedule[cand])  # the build's pick pools all its runs
 
 
 def test_a_new_best_is_timed_again_until_the_rounds_fastest_has_two_timings() -> None:

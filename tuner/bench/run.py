@@ -7,6 +7,7 @@ import itertools
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import numpy as np
 import tvm
@@ -162,7 +163,12 @@ def bench(
                 runtimes=tuple(runtime_result(o, i, expected) for o in others),
                 threads=threads,
                 spread=spread,
-                profile=tuned_vm.profile(full, medians["tuned"][0]) if kernels else None,
+                profile=replace(
+                    tuned_vm.profile(full, medians["tuned"][0]),
+                    evidence=report.function_evidence(),
+                )
+                if kernels
+                else None,
                 paired=paired,
             )
         )

@@ -247,6 +247,15 @@ GainOpt = Annotated[
         "which a task is converged.",
     ),
 ]
+RetimeOpt = Annotated[
+    int,
+    typer.Option(
+        "--retime",
+        help="At the end of the job, re-time each task's N best schedules side by side on "
+        "the runner and record every run; a challenger replaces the best only when faster "
+        "with confidence. 0: off.",
+    ),
+]
 CostModelOpt = Annotated[
     str, typer.Option("--cost-model", help="Cost model: tunefarm, xgb (stock) or random.")
 ]
@@ -270,6 +279,7 @@ StagesOpt = Annotated[
 
 MAX_TRIALS = 1_000_000  # a budget beyond any search this service runs: a typo
 MAX_SEED = 2**31 - 1  # MetaSchedule's random engine takes a 32-bit signed seed
+MAX_RETIME = 16  # schedules re-timed per task: each costs rounds x a measurement
 MAX_REPEAT_MS = 60_000
 
 
@@ -298,12 +308,14 @@ class TuneOptions:
     time_budget: TimeBudgetOpt = None
     until_converged: UntilConvergedOpt = False
     gain: GainOpt = 0.02
+    retime: RetimeOpt = 3
 
     def __post_init__(self) -> None:
         _check_int("--trials", self.trials, 1, MAX_TRIALS)
         _check_int("--per-iter", self.per_iter, 1, MAX_TRIALS)
         _check_int("--min-repeat-ms", self.min_repeat_ms, 0, MAX_REPEAT_MS, "milliseconds")
         _check_int("--siblings", self.siblings, 0, MAX_TRIALS)
+        _check_int("--retime", self.retime, 0, MAX_RETIME)
         if self.seed is not None:
             _check_int("--seed", self.seed, 0, MAX_SEED)
         if not (self.screen == 0 or 1 <= self.screen < math.inf):
@@ -340,6 +352,7 @@ class TuneOptions:
             search=search,
             time_budget_sec=self.time_budget_sec,
             until_converged=self.gain if self.until_converged else None,
+            retime=self.retime,
         )
 
     def flags(self) -> dict[str, Any]:

@@ -3,7 +3,6 @@ what tune, plan, build and bench return."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -110,25 +109,35 @@ def kernel_profile_table(profile: KernelProfile, title: str, top: int = 12) -> T
         if noisy
         else None,
     )
-    for col in ("function", "calls", "time", "share"):
+    # recorded: the tuned record's pooled median, spread and runs (✓: confirmed)
+    for col in ("function", "calls", "time", "share", "recorded"):
         table.add_column(col, justify="left" if col == "function" else "right")
     total = profile.model_sec or 1.0
     shown, rest = profile.kernels[:top], profile.kernels[top:]
     for k in shown:
-        table.add_row(escape(k.name), str(k.calls), fmt_sec(k.sec), f"{k.sec / total:.0%}")
+        ev = profile.evidence.get(k.name)
+        recorded = (
+            f"{fmt_sec(ev.median)} ±{100 * (ev.spread or 0):.0f}% "
+            f"{ev.runs}{' ✓' if ev.confirmed else ''}"
+            if ev is not None
+            else "-"
+        )
+        share = f"{k.sec / total:.0%}"
+        table.add_row(escape(k.name), str(k.calls), fmt_sec(k.sec), share, recorded)
     if rest:
         sec = sum(k.sec for k in rest)
         calls = sum(k.calls for k in rest)
         share = f"{sec / total:.0%}"
-        table.add_row(f"{len(rest)} other functions", str(calls), fmt_sec(sec), share)
+        table.add_row(f"{len(rest)} other functions", str(calls), fmt_sec(sec), share, "")
     table.add_row(
         "VM (allocations, shape checks, branches, builtins)",
         str(profile.vm_calls - profile.kernel_calls),
         fmt_sec(profile.rest_sec),
         f"{profile.rest_sec / total:.0%}",
+        "",
         style="bold",
     )
-    table.add_row("model (measured)", str(profile.vm_calls), fmt_sec(profile.model_sec), "100%")
+    table.add_row("model (measured)", str(profile.vm_calls), fmt_sec(profile.model_sec), "100%", "")
     return table
 
 
@@ -310,7 +319,7 @@ def build_dict(report: BuildReport, output: Path) -> dict[str, Any]:
         "tuned_calls": report.tuned_calls,
         "total_calls": report.total_calls,
         "tuned_share": report.tuned_share,
-        "kernels": [dataclasses.asdict(k) for k in report.kernels],
+        "kernels": [k.to_dict() for k in report.kernels],
     }
 
 

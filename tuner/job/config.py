@@ -9,6 +9,7 @@ import tvm
 
 from tuner.cost_model import check_name
 from tuner.errors import TuneFarmError
+from tuner.paired import MIN_PAIRS
 from tuner.search.convergence import ConvergenceConfig
 from tuner.search.population import search_population
 from tuner.search.task import GENERATIONS, SIBLINGS
@@ -84,6 +85,12 @@ class TuneConfig:
     # fraction of its best (tuner.search.convergence), its share going to the tasks still
     # improving; None: every task searches until --trials or --time-budget
     until_converged: float | None = None
+    # at the end of the job, each task's ``retime`` best schedules by pooled median are timed
+    # again, interleaved on the runner for ``retime_rounds`` rounds, every run recorded; a
+    # challenger replaces the best only when faster with confidence (tuner.job.retime).
+    # 0: off
+    retime: int = 3
+    retime_rounds: int = 5
 
     @property
     def round_cap(self) -> int:
@@ -130,6 +137,12 @@ class TuneConfig:
                     "--until-converged needs the pipelined search (--search auto, thread or "
                     "ray), not MetaSchedule's loop (--search driver or --transfer)"
                 )
+        if self.retime < 0:
+            raise TuneFarmError(f"--retime must be at least 0 (got {self.retime})")
+        if self.retime_rounds < MIN_PAIRS:
+            raise TuneFarmError(
+                f"re-timing rounds must be at least {MIN_PAIRS} (got {self.retime_rounds})"
+            )
         if self.trials_per_iter < 1:
             raise TuneFarmError(
                 f"trials per iteration must be at least 1 (got {self.trials_per_iter})"

@@ -33,6 +33,7 @@ from tuner.job.modes import (
 )
 from tuner.job.probes import measure_probes, range_probes
 from tuner.job.recorder import JobRecorder
+from tuner.job.retime import retime as retime_tasks
 from tuner.job.summary import JobSummary, TaskSummary, device_busy
 from tuner.job.tasks import JobTasks, job_tasks, thin_budget_warning
 from tuner.progress import JobProgress, SilentProgress, TaskState
@@ -80,6 +81,7 @@ def tune(
                 try:
                     job.measure_baselines()
                     job.search(progress or SilentProgress())
+                    job.retime()
                     job.measure_probes()
                 finally:
                     job.shutdown()
@@ -125,6 +127,10 @@ class _Job:
     probe_time: _DriverTime | None = None
     phases: dict[str, float] = field(default_factory=dict)
     devices: dict[str, Any] = field(default_factory=dict)
+    # the end-of-job re-timing: its wall time, and its builder, runner and database waits
+    # (counted in the retime phase, not in build_wait, run_wait and database)
+    retime_sec: float = 0.0
+    retime_waits: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
     # ------------------------------------------------------------------ config
     @classmethod
@@ -341,6 +347,41 @@ class _Job:
             info["builds_too_slow"] = builder.slow_cut
         builder.cut_slow = False  # the range probes below are one build a kernel
 
+    # ------------------------------------------------------------------ re-timing
+    def retime(self) -> None:
+        """Each task's top schedules re-timed paired and recorded (:mod:`tuner.job.retime`),
+        when the job measured new candidates; the build's pick reflects them."""
+        assert self.builder and self.runner
+        config, recorder = self.config, self.recorder
+        if config.retime < 2 or recorder is None or recorder.measured == 0:
+            return
+        builder, runner, storage = self.builder, self.runner, self.db.storage
+        start = time.perf_counter()
+        waits = (builder.wait_sec, runner.wait_sec, storage.busy_sec)
+        done = retime_tasks(
+            self.found.tasks,
+            self.target,
+            builder,
+            runner,
+            self.db,
+            self.job_id,
+            config.retime,
+            config.retime_rounds,
+        )
+        after = (builder.wait_sec, runner.wait_sec, storage.busy_sec)
+        self.retime_waits = (after[0] - waits[0], after[1] - waits[1], after[2] - waits[2])
+        self.retime_sec = time.perf_counter() - start
+        self.search_info["retime"] = {
+            "sec": round(self.retime_sec, 3),
+            "tasks": len(done),
+            "promoted": sum(1 for r in done if r.winner != 0),
+            # tasks whose build pick (the lowest pooled median) is not the rule's winner
+            # after their last pass: a challenger the paired rounds could not tell apart
+            "undecided": sum(1 for r in {r.task: r for r in done}.values() if not r.agrees),
+            "runs": sum(r.rounds * len(r.candidates) for r in done),
+            "by_task": [r.to_dict() for r in done],
+        }
+
     # ------------------------------------------------------------------ probes
     def measure_probes(self) -> None:
         """What the build's dispatch rule weighs, after the search (nothing in the search
@@ -414,6 +455,12 @@ class _Job:
             "database": db_sec,
             "probes": probe_sec,
         }
+        if self.retime_sec:
+            build, run, database = self.retime_waits
+            phases["build_wait"] = phases.get("build_wait", 0.0) - build
+            phases["run_wait"] = phases.get("run_wait", 0.0) - run
+            phases["database"] -= database
+            phases["retime"] = self.retime_sec
         phases["search"] = max(0.0, wall_sec - sum(phases.values()))
         return JobSummary(
             job_id=self.job_id,
@@ -490,6 +537,8 @@ def _config_row(config: TuneConfig) -> dict[str, Any]:
         "exchange": config.exchange,
         "time_budget_sec": config.time_budget_sec,
         "until_converged": config.until_converged,
+        "retime": config.retime,
+        "retime_rounds": config.retime_rounds,
     }
 
 

@@ -115,6 +115,7 @@ def plan_kernel(
         if found is None:
             continue
         record, level, mean_sec = found
+        ev = found.evidence
         default = is_default(record.trace)
         if default and generic_sec is None:
             default_won += 1
@@ -131,28 +132,37 @@ def plan_kernel(
             fine = rk is not variants[0]
             if offers_variant(range_sec is not None, fine, rk.tile, degree):
                 sec = mean_sec if range_sec is None else range_sec
-                bk = BucketKernel(value, rk.tile, f"{kname}_fine" if fine else kname, level, sec)
+                bk = BucketKernel(
+                    value, rk.tile, f"{kname}_fine" if fine else kname, level, sec, evidence=ev
+                )
                 plan.kernels.append((bk, _mark(rk.func, name, f"{var.name}={value}", rk.tile)))
         static = replay(record.trace, bound)
         if static is not None:  # the kernel that was measured, for values padded to the bucket
-            bk = BucketKernel(value, value, f"{kname}_static", level, mean_sec, static=True)
+            bk = BucketKernel(
+                value, value, f"{kname}_static", level, mean_sec, static=True, evidence=ev
+            )
             plan.kernels.append((bk, _mark(static, name, f"{var.name}={value}", value)))
             # and its static instances between the bucket below and this one
             bind = functools.partial(_bind_at, norm["main"], var.name)
             found = instances(rewrite, instance_points(lower, value), bind) if rewrite else []
             for at, func_at in found:
                 sec = mean_sec * (at / value) ** degree
-                bk = BucketKernel(at, at, f"{kname}_at{at}", level, sec, static=True, origin=value)
+                bk = BucketKernel(
+                    at, at, f"{kname}_at{at}", level, sec, static=True, origin=value, evidence=ev
+                )
                 plan.kernels.append((bk, _mark(func_at, name, f"{var.name}={value}@{at}", at)))
                 # and at its point alone, unpadded, as the bucket's exact kernel (ViT at b=4:
                 # without it every instance padded b=4 to 4, a copy in and a copy out)
                 exact = BucketKernel(
-                    at, 1, f"{kname}_at{at}_exact", level, sec, static=True, origin=value
-                )
+                    at, 1, f"{kname}_at{at}_exact", level, sec, static=True, origin=value,
+                    evidence=ev,
+                )  # fmt: skip
                 plan.kernels.append((exact, _mark(func_at, name, f"{var.name}={value}@{at}", 1)))
             if value > 1:  # and at the bucket itself, where it pads nothing (its own copy,
                 # marked tile 1, so that a report says which of the two ran)
-                exact = BucketKernel(value, 1, f"{kname}_exact", level, mean_sec, static=True)
+                exact = BucketKernel(
+                    value, 1, f"{kname}_exact", level, mean_sec, static=True, evidence=ev
+                )
                 plan.kernels.append((exact, _mark(static, name, f"{var.name}={value}", 1)))
     if not plan.kernels:
         reason = (

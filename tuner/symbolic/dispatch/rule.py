@@ -7,7 +7,11 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from database.evidence import Evidence
 
 # What a padded branch costs beyond its kernel: one serial copy per padded input and one crop
 # of the output (tuner/symbolic/padding.py). Measured on a 2-core AMD EPYC (TVM 0.27, in the
@@ -67,6 +71,8 @@ class BucketKernel:
     # a static instance: the schedule tuned at bucket ``origin``, at constant ``value`` (a
     # point between buckets), priced as that bucket's time scaled by the work
     origin: int = 0
+    # the evidence of the bucket's best schedule it is made from (database.evidence)
+    evidence: Evidence | None = field(default=None, compare=False, repr=False)
 
     @property
     def exact(self) -> bool:

@@ -339,9 +339,9 @@ def bench_decoder_folder(
     names = parse_runtimes(runtimes)
     if names is not None and set(names) - {"torch.compile"}:
         raise TuneFarmError("--runtimes on a decoder: torch.compile or none")
+    cfg = DecoderConfig.from_folder(source.path)
     if lib is not None and not lib.is_file():
         raise TuneFarmError(f"library not found: {lib} (build it with tunefarm build)")
-    cfg = DecoderConfig.from_folder(source.path)
     room = cfg.max_positions - DECODE_STEPS  # the decode steps after the context
     prompts = given.get("prompt") or sorted({min(p, cfg.max_positions) for p in PROMPTS})
     contexts = given.get("context") or sorted({min(c, room) for c in CONTEXTS})

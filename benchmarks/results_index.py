@@ -188,6 +188,7 @@ def benchmark_and_command(name: str, data: dict[str, Any]) -> tuple[str, str]:
         "database": ("database", "python -m benchmarks database"),
         "throughput": ("throughput", "python -m benchmarks throughput"),
         "dashboard": ("dashboard page times", "see docs/dashboard.md"),
+        "decoder": ("decoder bench", "python -m benchmarks decoder"),
     }
     for key, pair in simple.items():
         if key in name:

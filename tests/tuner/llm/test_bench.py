@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from database.storage import Storage
 from tuner.cli.app import app
 from tuner.llm.bench import cache_bytes, decode_bytes, triad_bandwidth
 from tuner.llm.runtime import build, decoder_module
@@ -103,6 +104,23 @@ def test_bench_decoder_flags_a_library_built_for_another_config(tmp_path: Path) 
     assert data["agree"] is False
     for row in (*data["prefill"], *data["decode"]):
         assert row["checks"]["tuned"]["ok"] is False and row["checks"]["untuned"]["ok"] is True
+
+
+@pytest.mark.slow
+def test_bench_decoder_builds_the_tuned_library_from_the_database(tmp_path: Path) -> None:
+    """Without --lib the tuned build comes from --db (here empty: nothing tuned)."""
+    save_tiny("qwen2", tmp_path / "m")
+    db = f"sqlite:///{tmp_path / 'tf.db'}"
+    Storage(db, create=True)
+    result = runner.invoke(
+        app,
+        ["bench", str(tmp_path / "m"), "--db", db, "--shape", "prompt=4", "--shape",
+         "context=8", "--runtimes", "none", "--json"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = _json(result.output)
+    assert data["tuned_share"] == 0.0 and data["agree"] is True
+    assert "torch.compile" not in data["errors"] and "torch.compile" not in data["decode"][0]["ms"]
 
 
 def test_bench_on_a_folder_that_is_not_a_decoder_is_one_line(tmp_path: Path) -> None:

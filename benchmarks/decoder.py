@@ -3,7 +3,8 @@
 eager, torch.compile and the memory-bandwidth bound), once per thread count, each run timing
 every variant side by side in interleaved rounds.
 
-Usage: ``python -m benchmarks decoder [--trials 64] [--threads 1 2] [--arch llama]``.
+Usage: ``python -m benchmarks decoder [--trials 64] [--threads 1 2] [--arch llama]
+[--name decoder]`` (the results file: ``<date>-<host>-<name>.json``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=64)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--arch", default="llama")
+    parser.add_argument("--name", default="decoder", help="the results file's suffix")
     args = parser.parse_args(argv)
     py, tunefarm = sys.executable, str(BIN / "tunefarm")
     runs: list[dict[str, Any]] = []
@@ -55,10 +57,12 @@ def main(argv: list[str] | None = None) -> int:
         "model": f"examples/make_tiny_decoder.py --arch {args.arch} (hidden 128, 2 layers, "
         "vocab 256)",
         "tune": f"--shape prompt=1,16 --shape context=64,256 --trials {args.trials} --seed 0",
+        "trials": args.trials,
+        "threads": args.threads,
         "load_average": os.getloadavg(),
         "runs": runs,
     }
-    path = results_path("decoder")
+    path = results_path(args.name)
     path.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {path}")
     return 0

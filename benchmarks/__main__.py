@@ -5,7 +5,8 @@ model tuned, then TuneFarm tuned / untuned vs its reference, torch.compile and O
 ``time-to-quality`` (:mod:`benchmarks.time_to_quality`), ``ceiling`` (:mod:`benchmarks.ceiling`),
 ``planner`` (:mod:`benchmarks.planner`: planned buckets against powers of two and hand choices),
 ``verdicts`` (:mod:`benchmarks.verdict`: the targets' verdicts from paired seeds),
-``retiming`` (:mod:`benchmarks.retiming`: recorded bests vs a fresh process's re-timing).
+``retiming`` (:mod:`benchmarks.retiming`: recorded bests vs a fresh process's re-timing),
+``decoder`` (:mod:`benchmarks.decoder`: ``make demo-llm``'s decoder against PyTorch).
 
 All ratios are measured side by side in one run. Usage::
 
@@ -36,6 +37,7 @@ PARTS: dict[str, str] = {
     "verdicts": "benchmarks.verdict",
     "dashboard": "benchmarks.dashboard",
     "retiming": "benchmarks.retiming",
+    "decoder": "benchmarks.decoder",
 }
 
 

@@ -181,6 +181,14 @@ def benchmark_and_command(name: str, data: dict[str, Any]) -> tuple[str, str]:
         trials = data.get("trials_budget")
         cmd = f"{HF_EXPORT} && tunefarm tune /tmp/hf/{hf}.pt2 --shape {HF_AXES[hf]}={buckets}"
         return "tunefarm tune (Hugging Face)", f"{cmd} --trials {trials} --json"
+    if "-decoder" in name:
+        cmd = "python -m benchmarks decoder"
+        if data.get("trials", 64) != 64:
+            cmd += f" --trials {data['trials']}"
+        if data.get("threads") not in (None, [1, 2]):
+            cmd += " --threads " + " ".join(str(t) for t in data["threads"])
+        suffix = name.split("-decoder", 1)[1].removesuffix(".json")
+        return "decoder bench", cmd + (f" --name decoder{suffix}" if suffix else "")
     if "-ab-" in name:
         return "build A/B", "two builds timed interleaved (their libraries and rounds in the file)"
     simple = {

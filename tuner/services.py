@@ -318,6 +318,45 @@ def parse_runtimes(text: str | None) -> list[str] | None:
     return names
 
 
+def bench_decoder_folder(
+    source: ModelSource, lib: Path | None, shapes: Sequence[str], runtimes: str | None
+) -> Any:
+    """Bench a decoder folder (:func:`tuner.llm.bench.bench_decoder`): ``--shape prompt=...``
+    the prefill lengths, ``--shape context=...`` the decode contexts (defaults
+    :data:`~tuner.llm.bench.PROMPTS` and :data:`~tuner.llm.bench.CONTEXTS` within the
+    model's positions); ``--runtimes none`` leaves torch.compile out."""
+    from database import TuneFarmDatabase
+    from tuner.llm.bench import CONTEXTS, DECODE_STEPS, PROMPTS, bench_decoder
+    from tuner.llm.config import DecoderConfig
+    from tuner.symbolic.buckets import parse_shape_options
+
+    given = parse_shape_options(list(shapes))
+    unknown = sorted(set(given) - {"prompt", "context"})
+    if unknown:
+        raise TuneFarmError(
+            f"--shape on a decoder names prompt and context, not {', '.join(unknown)}"
+        )
+    names = parse_runtimes(runtimes)
+    if names is not None and set(names) - {"torch.compile"}:
+        raise TuneFarmError("--runtimes on a decoder: torch.compile or none")
+    cfg = DecoderConfig.from_folder(source.path)
+    if lib is not None and not lib.is_file():
+        raise TuneFarmError(f"library not found: {lib} (build it with tunefarm build)")
+    room = cfg.max_positions - DECODE_STEPS  # the decode steps after the context
+    prompts = given.get("prompt") or sorted({min(p, cfg.max_positions) for p in PROMPTS})
+    contexts = given.get("context") or sorted({min(c, room) for c in CONTEXTS})
+    db = None if lib is not None else TuneFarmDatabase(source.storage(create=False))
+    return bench_decoder(
+        source.path,
+        source.resolve_target(),
+        lib=lib,
+        db=db,
+        prompts=prompts,
+        contexts=contexts,
+        compiled=names is None or "torch.compile" in names,
+    )
+
+
 def bench_model(
     source: ModelSource,
     shapes: Sequence[str],

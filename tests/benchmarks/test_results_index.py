@@ -104,3 +104,16 @@ def test_host_cpu_and_commands_from_the_fingerprints() -> None:
     )
     assert bench == "bucket planner"
     assert cmd == "python -m benchmarks planner --models mlp --trials 64 --seeds 0 1 2"
+
+
+def test_decoder_command_reads_trials_threads_and_name() -> None:
+    name = "2026-12-05-vm-decoder-256.json"
+    data = {"trials": 256, "threads": [1]}
+    assert benchmark_and_command(name, data) == (
+        "decoder bench",
+        "python -m benchmarks decoder --trials 256 --threads 1 --name decoder-256",
+    )
+    assert benchmark_and_command("2026-12-05-vm-decoder.json", {}) == (
+        "decoder bench",
+        "python -m benchmarks decoder",
+    )

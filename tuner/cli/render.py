@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from tuner.compile import BuildReport
     from tuner.job import JobSummary
     from tuner.kernel_profile import KernelProfile
+    from tuner.llm.bench import DecoderBenchReport
     from tuner.services import BenchReport
 
 
@@ -487,3 +488,66 @@ def traffic_table(summary: TrafficSummary, title: str) -> Any:
             ratio,
         )
     return table
+
+
+# ------------------------------------------------------------------------ bench (decoder)
+def decoder_bench_table(report: DecoderBenchReport) -> Table:
+    """Prefill per prompt length and decode per context length: each variant's time and, in
+    parentheses, its time / tuned's (the median of per-round ratios: above 1, tuned is
+    faster), the decode step's bandwidth bound and tuned's share of it."""
+    from tuner.llm.bench import COMPILED, TUNED, VARIANTS
+
+    table = Table(
+        title=f"{report.model}: prefill and decode, {report.threads} threads each",
+        caption="prefill: ms per prompt; decode: ms per token after CONTEXT cached tokens; "
+        "(N.NNx) = that time / tuned's, median of rounds timing all side by side; bound = "
+        "bytes a decode step reads / memory bandwidth",
+    )
+    for col in ("phase", "length", *VARIANTS, "bound", "tuned/bound"):
+        table.add_column(col, justify="left" if col == "phase" else "right")
+    for row in report.rows:
+        cells = []
+        for name in VARIANTS:
+            sec = row.sec.get(name)
+            if sec is None:
+                note = "not compiled" if name == COMPILED and row.phase == "prefill" else "-"
+                cells.append(note if name not in report.errors else "failed")
+                continue
+            cell = f"{sec * 1e3:.3f}"
+            if name != TUNED and name in row.vs_tuned:
+                cell += f" ({row.vs_tuned[name]:.2f}x)"
+            check = row.checks.get(name)
+            if check is not None and not check.ok:
+                cell += " [red]MISMATCH[/red]"
+            cells.append(cell)
+        bound = frac = "-"
+        if row.bound_sec is not None:
+            bound = f"{row.bound_sec * 1e3:.3f}"
+            if TUNED in row.sec:
+                frac = f"{row.bound_sec / row.sec[TUNED]:.0%}"
+        table.add_row(row.phase, str(row.length), *cells, bound, frac)
+    return table
+
+
+def print_decoder_bench(console: Console, report: DecoderBenchReport) -> None:
+    """bench's table on a decoder, the variants that did not run, the bound's inputs and the
+    output check."""
+    console.print(decoder_bench_table(report))
+    for name, why in report.errors.items():
+        console.print(f"{escape(name)} did not run: {escape(why)}", style="red", highlight=False)
+    console.print(
+        f"memory bandwidth (STREAM triad, {report.threads} threads): "
+        f"{report.bandwidth / 1e9:.1f} GB/s; a decode step reads "
+        f"{report.weight_bytes / 1e6:.2f} MB of weights plus the KV cache",
+        highlight=False,
+    )
+    bad = [
+        f"{r.phase} {r.length} {n}" for r in report.rows for n, c in r.checks.items() if not c.ok
+    ]
+    share = (
+        "" if report.tuned_share is None else f"; {report.tuned_share:.0%} of kernel calls tuned"
+    )
+    console.print(
+        ("logits checked against PyTorch eager: all close, same argmax" if not bad else
+         f"[red]logits differ from PyTorch eager: {escape(', '.join(bad))}[/red]") + share
+    )  # fmt: skip

@@ -146,19 +146,48 @@ def bench(
             "kernels, each timed alone, and the VM's own work (the rest).",
         ),
     ] = False,
+    lib: Annotated[
+        Path | None,
+        typer.Option(
+            "--lib",
+            help="A decoder folder's built library (tunefarm build -o): bench it as the tuned "
+            "build; default: built from --db.",
+        ),
+    ] = None,
 ) -> None:
     """Run the untuned build, the tuned build and the model's reference (numpy for TVMScript,
     PyTorch for .pt2; the untuned build for ONNX); compare time and output. For .pt2 and .onnx
     models also torch.compile and ONNX Runtime (when installed), side by side on the same
-    threads. With --address: tuned vs untuned on each device kind of a Ray cluster. Exit code
-    2 when the tuned build's outputs disagree with the reference."""
+    threads. With --address: tuned vs untuned on each device kind of a Ray cluster. On a
+    decoder folder: prefill per prompt length (--shape prompt=...) and decode per context
+    length (--shape context=...) against PyTorch eager, torch.compile and the memory-bandwidth
+    bound. Exit code 2 when the tuned build's outputs disagree with the reference."""
     from tuner import services
     from tuner.cli import cluster
+    from tuner.llm.runtime import is_decoder_folder
 
     check_model_file(model)
     if output is not None:
         check_output_file(output, "--output")
     source = services.ModelSource(model, target, arch, db, entry, keep_params)
+    if is_decoder_folder(model):
+        if address is not None or devices or shape_profile is not None or kernels:
+            raise TuneFarmError(
+                "on a decoder folder bench runs locally: drop --address, --devices, "
+                "--shape-profile and --kernels"
+            )
+        report = services.bench_decoder_folder(source, lib, shape or [], runtimes)
+        if as_json:
+            print_json(report.to_dict())
+        else:
+            render.print_decoder_bench(console, report)
+        if output is not None:
+            output.write_text(render.json_text(report.to_dict()))
+        if not report.agree:
+            raise typer.Exit(2)
+        return
+    if lib is not None:
+        raise TuneFarmError("--lib is for a decoder folder (a Hugging Face model folder)")
     if address is not None or devices:
         if target != "llvm" or arch:
             raise TuneFarmError(

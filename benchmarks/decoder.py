@@ -1,0 +1,72 @@
+"""Decoder benchmark: ``make demo-llm``'s small decoder tuned and built as the demo does, then
+``tunefarm bench`` on it (prefill per prompt length, decode per context, against PyTorch
+eager, torch.compile and the memory-bandwidth bound), once per thread count, each run timing
+every variant side by side in interleaved rounds.
+
+Usage: ``python -m benchmarks decoder [--trials 64] [--threads 1 2] [--arch llama]
+[--name decoder]`` (the results file: ``<date>-<host>-<name>.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import machine_header, results_path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def _run(cmd: list[str], env: dict[str, str] | None = None) -> str:
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
+    if out.returncode not in (0, 2):  # bench exits 2 on an output mismatch: still recorded
+        sys.exit(f"{' '.join(cmd)} failed:\n{out.stderr[-2000:]}")
+    return out.stdout
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=64)
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--arch", default="llama")
+    parser.add_argument("--name", default="decoder", help="the results file's suffix")
+    args = parser.parse_args(argv)
+    py, tunefarm = sys.executable, str(BIN / "tunefarm")
+    runs: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="tunefarm-decoder-") as tmp:
+        folder, lib, db = f"{tmp}/tiny-{args.arch}", f"{tmp}/model.so", f"sqlite:///{tmp}/t.db"
+        _run([py, "examples/make_tiny_decoder.py", folder, "--arch", args.arch])
+        _run([tunefarm, "tune", folder, "--shape", "prompt=1,16", "--shape", "context=64,256",
+              "--trials", str(args.trials), "--db", db, "--seed", "0"])  # fmt: skip
+        _run([tunefarm, "build", folder, "--db", db, "-o", lib])
+        for threads in args.threads:
+            env = {**os.environ, "TVM_NUM_THREADS": str(threads)}
+            out = _run([tunefarm, "bench", folder, "--lib", lib, "--json"], env)
+            runs.append(json.loads(out[out.index("{") :]))
+            print(f"threads {threads}: {json.dumps(runs[-1]['decode'][0]['vs_tuned'])}")
+    result = {
+        "benchmark": "decoder",
+        "machine": machine_header(),
+        "model": f"examples/make_tiny_decoder.py --arch {args.arch} (hidden 128, 2 layers, "
+        "vocab 256)",
+        "tune": f"--shape prompt=1,16 --shape context=64,256 --trials {args.trials} --seed 0",
+        "trials": args.trials,
+        "threads": args.threads,
+        "load_average": os.getloadavg(),
+        "runs": runs,
+    }
+    path = results_path(args.name)
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -75,6 +75,7 @@ def db_list(
     """Workloads (task, bucket, records, fastest time, whether the latest job that tuned it
     converged and the gain it still expected) or, with --jobs, tuning jobs."""
     from database.queries import list_jobs, list_workloads
+    from tuner.cli.render import convergence
 
     storage = open_storage(db, create=False)
     if jobs:
@@ -98,20 +99,12 @@ def db_list(
             w["valid"],
             fmt_sec(w["best_sec"]) if w["best_sec"] else None,
             w["targets"],
-            _convergence(w["converged"], w["expected_gain"]),
+            convergence(w["converged"], w["expected_gain"]),
         ]
         for w in data
     ]
     cols = ["id", "task", "bucket", "records", "valid", "best", "targets", "converged"]
     _table("workloads", cols, rows)
-
-
-def _convergence(converged: bool | None, gain: float | None) -> str:
-    """'yes' / 'no (+4% expected)' from the latest job that tuned a workload; '—' if none."""
-    if converged is None:
-        return "—"
-    left = f" (+{100 * gain:.0f}% expected)" if gain is not None else ""
-    return "yes" + left if converged else "no" + left
 
 
 def _bucket(bucket: dict[str, int] | None) -> str | None:

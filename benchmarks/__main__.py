@@ -4,7 +4,8 @@ model tuned, then TuneFarm tuned / untuned vs its reference, torch.compile and O
 ``database``, ``cost-model``, ``warm-start``, ``cost-model-study``, ``throughput``,
 ``time-to-quality`` (:mod:`benchmarks.time_to_quality`), ``ceiling`` (:mod:`benchmarks.ceiling`),
 ``planner`` (:mod:`benchmarks.planner`: planned buckets against powers of two and hand choices),
-``verdicts`` (:mod:`benchmarks.verdict`: the targets' verdicts from paired seeds).
+``verdicts`` (:mod:`benchmarks.verdict`: the targets' verdicts from paired seeds),
+``convergence`` (:mod:`benchmarks.convergence`: --until-converged against 4x the trials).
 
 All ratios are measured side by side in one run. Usage::
 
@@ -34,6 +35,7 @@ PARTS: dict[str, str] = {
     "planner": "benchmarks.planner",
     "verdicts": "benchmarks.verdict",
     "dashboard": "benchmarks.dashboard",
+    "convergence": "benchmarks.convergence",
 }
 
 

@@ -6,7 +6,8 @@ model tuned, then TuneFarm tuned / untuned vs its reference, torch.compile and O
 ``planner`` (:mod:`benchmarks.planner`: planned buckets against powers of two and hand choices),
 ``verdicts`` (:mod:`benchmarks.verdict`: the targets' verdicts from paired seeds),
 ``retiming`` (:mod:`benchmarks.retiming`: recorded bests vs a fresh process's re-timing),
-``decoder`` (:mod:`benchmarks.decoder`: ``make demo-llm``'s decoder against PyTorch).
+``decoder`` (:mod:`benchmarks.decoder`: ``make demo-llm``'s decoder against PyTorch),
+``convergence`` (:mod:`benchmarks.convergence`: --until-converged against 4x the trials).
 
 All ratios are measured side by side in one run. Usage::
 
@@ -38,6 +39,7 @@ PARTS: dict[str, str] = {
     "dashboard": "benchmarks.dashboard",
     "retiming": "benchmarks.retiming",
     "decoder": "benchmarks.decoder",
+    "convergence": "benchmarks.convergence",
 }
 
 

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 INDEX = RESULTS / "INDEX.md"
 # a link or path to a results file, however relative: results/<name>.json|png
-LINK = re.compile(r"benchmarks/results/([A-Za-z0-9][A-Za-z0-9._-]*\.(?:json|png))")
+LINK = re.compile(r"benchmarks/results/([A-Za-z0-9][A-Za-z0-9._-]*\.(?:jsonl|json|png))")
 ROW = re.compile(r"^\| `([^`]+)` \|")
 DATE = re.compile(r"^(\d{4}-\d{2}-\d{2})")
 # the Hugging Face models of examples/export_hf_models.py and the axis their --shape names
@@ -87,6 +87,12 @@ def indexed_names(index: Path = INDEX) -> list[str]:
 def _json_for(name: str, results: Path) -> dict[str, Any]:
     """The file's JSON, or for a PNG the JSON whose name its own starts with."""
     path = results / name
+    if path.suffix == ".jsonl":  # a pairs file: its first pair says where it ran
+        try:
+            first = json.loads(path.read_text().splitlines()[0])
+        except (OSError, ValueError, IndexError):
+            return {}
+        return first if isinstance(first, dict) else {}
     if path.suffix != ".json":
         stems = [p for p in results.glob("*.json") if name.startswith(p.stem + "-")]
         if not stems:
@@ -201,6 +207,10 @@ def benchmark_and_command(name: str, data: dict[str, Any]) -> tuple[str, str]:
         "database": ("database", "python -m benchmarks database"),
         "throughput": ("throughput", "python -m benchmarks throughput"),
         "dashboard": ("dashboard page times", "see docs/dashboard.md"),
+        "convergence": (
+            "until-converged vs 4x trials (pairs)",
+            f"python -m benchmarks convergence --resume benchmarks/results/{name}",
+        ),
     }
     for key, pair in simple.items():
         if key in name:
@@ -215,7 +225,7 @@ def row_for(name: str, cited: dict[str, list[str]], root: Path = ROOT) -> Row:
     results = root / "benchmarks" / "results"
     data = _json_for(name, results)
     benchmark, command = benchmark_and_command(name, data)
-    if not name.endswith(".json"):
+    if not name.endswith((".json", ".jsonl")):
         benchmark += " (plot)"
     date = str(data.get("date") or "")[:10] or (m.group(1) if (m := DATE.match(name)) else "")
     return Row(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from database.models import JobRow, JobTaskRow
@@ -58,3 +59,26 @@ def job_tasks(storage: Storage, job_id: int) -> list[dict[str, Any]]:
         ]
 
     return storage.run(load, write=False)
+
+
+def latest_convergence(session: Session, workload_ids: list[int] | None = None) -> dict[int, Any]:
+    """Per workload, how the latest job that stored it ended: ``{workload_id: (converged,
+    expected_gain, job_id)}`` (a workload no job stored is absent). One indexed query."""
+    latest = select(JobTaskRow.workload_id, func.max(JobTaskRow.job_id).label("job_id")).where(
+        JobTaskRow.workload_id.is_not(None)
+    )
+    if workload_ids is not None:
+        latest = latest.where(JobTaskRow.workload_id.in_(workload_ids))
+    sub = latest.group_by(JobTaskRow.workload_id).subquery()
+    rows = session.execute(
+        select(
+            JobTaskRow.workload_id,
+            JobTaskRow.converged,
+            JobTaskRow.expected_gain,
+            JobTaskRow.job_id,
+        ).join(
+            sub,
+            (JobTaskRow.workload_id == sub.c.workload_id) & (JobTaskRow.job_id == sub.c.job_id),
+        )
+    )
+    return {wid: (bool(conv), gain, jid) for wid, conv, gain, jid in rows}

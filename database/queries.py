@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import distinct, func, select
 
 from database import evidence
+from database.jobs import latest_convergence
 from database.models import JobRow, RecordRow, WorkloadRow
 from database.storage import Storage
 
@@ -46,8 +47,9 @@ def stats(storage: Storage) -> dict[str, Any]:
 
 
 def list_workloads(storage: Storage, *, task: str | None = None) -> list[dict[str, Any]]:
-    """One row per workload: task, bucket, record counts and its best time (the pooled
-    median of its best schedule, of the fastest target)."""
+    """One row per workload: task, bucket, record counts, its best time (the pooled
+    median of its best schedule, of the fastest target) and how the latest job that tuned it
+    ended (``converged``, ``expected_gain``, ``converged_job_id``; None when no job stored it)."""
 
     def load(session: Any) -> list[dict[str, Any]]:
         valid = func.count(RecordRow.mean_sec)
@@ -75,6 +77,7 @@ def list_workloads(storage: Storage, *, task: str | None = None) -> list[dict[st
             session.connection(), where=where
         ).items():
             best[wid] = min(best.get(wid, ev.median), ev.median)
+        conv = latest_convergence(session, [r[0] for r in rows] if task else None)
         return [
             {
                 "id": wid,
@@ -85,6 +88,9 @@ def list_workloads(storage: Storage, *, task: str | None = None) -> list[dict[st
                 "valid": int(nv),
                 "best_sec": best.get(wid),
                 "targets": int(nt),
+                "converged": conv[wid][0] if wid in conv else None,
+                "expected_gain": conv[wid][1] if wid in conv else None,
+                "converged_job_id": conv[wid][2] if wid in conv else None,
             }
             for wid, name, bucket, flops, n, nv, _lowest, nt in rows
         ]

@@ -90,6 +90,17 @@ def test_converged_tasks_stop_and_the_job_ends_before_its_trials(tmp_path: Path)
         (t["name"], t["trials"], True, t["converged_at"]) for t in tasks
     ]
     assert all(r["workload_id"] is not None and r["weight"] >= 1 for r in stored)
+    # db list shows, per kernel x bucket, the latest job's convergence
+    listed = runner.invoke(
+        app, ["db", "list", "--json", "--db", f"sqlite:///{tmp_path}/converged.db"]
+    )
+    assert listed.exit_code == 0, listed.output
+    by_id = {w["id"]: w for w in json.loads(listed.output)}
+    for r in stored:
+        w = by_id[r["workload_id"]]
+        assert (w["converged"], w["expected_gain"], w["converged_job_id"]) == (
+            True, r["expected_gain"], out["job_id"],
+        )  # fmt: skip
 
     fixed = tune_json(tmp_path, "fixed", "--trials", "30")
     assert fixed["stopped_by"] == "trials"

@@ -59,3 +59,47 @@ def test_a_static_model_with_a_thin_budget_warns_without_buckets(sqlite_url, llv
     found = job_tasks(load_model(MLP).mod, llvm_target, db)
     warning = thin_budget_warning(found, 1)
     assert warning is not None and "bucket" not in warning and "--shape" not in warning
+
+
+def test_db_list_shows_the_latest_jobs_convergence_per_kernel(sqlite_url, llvm_target) -> None:
+    """Each workload shows how the latest job that stored it ended; one no job stored, '—'."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from database.jobs import record_job_tasks, start_job
+    from tuner.cli import app
+
+    storage = Storage(sqlite_url)
+    found = job_tasks(load_model(MLP).mod, llvm_target, TuneFarmDatabase(storage, llvm_target))
+    ids = sorted(r["id"] for r in list_workloads(storage))
+    first, second = ids[0], ids[1]
+
+    def task(wid: int, converged: bool, gain: float) -> dict:
+        return {
+            "workload_id": wid, "name": f"w{wid}", "weight": 1, "trials": 8,
+            "best_sec": 1e-4, "baseline_sec": 2e-4, "expected_gain": gain,
+            "converged": converged, "converged_at": 8 if converged else None,
+        }  # fmt: skip
+
+    old = start_job(storage, name="old", target_json="{}", budget=8)
+    record_job_tasks(storage, old, [task(first, False, 0.3)])
+    new = start_job(storage, name="new", target_json="{}", budget=8)
+    record_job_tasks(storage, new, [task(first, True, 0.015)])
+    rows = {r["id"]: r for r in list_workloads(storage)}
+    assert (rows[first]["converged"], rows[first]["expected_gain"]) == (True, 0.015)
+    assert rows[first]["converged_job_id"] == new
+    others = [r for wid, r in rows.items() if wid != first]
+    assert len(others) == len(found.tasks) - 1 >= 1
+    assert all(r["converged"] is None and r["expected_gain"] is None for r in others)
+    assert list_workloads(storage, task=rows[first]["task"])[0]["converged_job_id"] == new
+    assert list_workloads(storage, task=rows[second]["task"])[0]["converged"] is None
+
+    shown = CliRunner().invoke(app, ["db", "list", "--db", sqlite_url])
+    assert shown.exit_code == 0, shown.output
+    assert "converged" in shown.output and "yes (+2% expected)" in shown.output
+    assert "—" in shown.output  # the workloads no job stored
+    listed = json.loads(
+        CliRunner().invoke(app, ["db", "list", "--json", "--db", sqlite_url]).output
+    )
+    assert {w["id"]: w["converged"] for w in listed}[first] is True

@@ -280,6 +280,40 @@ def test_plan_from_priors_respects_the_budget(tmp_path: Path, llvm_target) -> No
     assert planner.plan(24, new_only=True).task_trials() == plan.task_trials()
 
 
+def test_a_plan_shows_each_tasks_convergence_from_the_latest_job(
+    tmp_path: Path, llvm_target
+) -> None:
+    """A planned task a job stored shows that job's converged / expected gain; others None."""
+    from database.jobs import record_job_tasks, start_job
+    from tuner.cli.render import plan_tables
+    from tuner.job.tasks import job_tasks
+
+    model = load_model(MLP)
+    db = TuneFarmDatabase(Storage(f"sqlite:///{tmp_path / 'conv.db'}"))
+    narrow = ShapeProfile(("b",), tuple(((v,), 100) for v in range(20, 41)))
+    planner = Planner(model.mod, llvm_target, db, narrow, model.shape_vars)
+    plan = planner.plan(24)
+    assert all(t.converged is None and t.expected_gain is None for t in plan.tasks)
+    found = job_tasks(model.mod, llvm_target, db, {"b": list(plan.buckets)})
+    first = found.tasks[0]
+    wid = db.workload_id(first.mod)
+    job = start_job(db.storage, name="j", target_json="{}", budget=8)
+    row = {
+        "workload_id": wid, "name": first.name, "weight": 1, "trials": 8, "best_sec": 1e-4,
+        "baseline_sec": 2e-4, "expected_gain": 0.04, "converged": False, "converged_at": None,
+    }  # fmt: skip
+    record_job_tasks(db.storage, job, [row])
+    again = Planner(model.mod, llvm_target, db, narrow, model.shape_vars).plan(24)
+    shown = {t.name: (t.converged, t.expected_gain) for t in again.tasks}
+    assert shown[first.name] == (False, 0.04)
+    assert all(v == (None, None) for name, v in shown.items() if name != first.name)
+    assert {"converged": False, "expected_gain": 0.04}.items() <= next(
+        t for t in again.to_dict()["tasks"] if t["name"] == first.name
+    ).items()
+    cells = [str(c._cells) for c in plan_tables(again)[1].columns if c.header == "converged"]
+    assert "no (+4% expected)" in cells[0] and "—" in cells[0]
+
+
 def test_outcome_draws_have_mean_one_the_spread_asked_and_a_fixed_order() -> None:
     import numpy as np
 

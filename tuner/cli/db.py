@@ -72,8 +72,10 @@ def db_list(
     task: TaskOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Workloads (task, bucket, records, fastest time) or, with --jobs, tuning jobs."""
+    """Workloads (task, bucket, records, fastest time, whether the latest job that tuned it
+    converged and the gain it still expected) or, with --jobs, tuning jobs."""
     from database.queries import list_jobs, list_workloads
+    from tuner.cli.render import convergence
 
     storage = open_storage(db, create=False)
     if jobs:
@@ -97,10 +99,12 @@ def db_list(
             w["valid"],
             fmt_sec(w["best_sec"]) if w["best_sec"] else None,
             w["targets"],
+            convergence(w["converged"], w["expected_gain"]),
         ]
         for w in data
     ]
-    _table("workloads", ["id", "task", "bucket", "records", "valid", "best", "targets"], rows)
+    cols = ["id", "task", "bucket", "records", "valid", "best", "targets", "converged"]
+    _table("workloads", cols, rows)
 
 
 def _bucket(bucket: dict[str, int] | None) -> str | None:

@@ -258,7 +258,7 @@ def plan_tables(plan: Any) -> list[Any]:
         f"{plan.before_sec / plan.after_sec:.2f}x" if plan.after_sec else "-",
     )
     tasks = Table(title="trials per task (records after the job; the default schedule counts)")
-    for col in ("task", "calls", "recorded", "trials", "now", "planned", "why"):
+    for col in ("task", "calls", "recorded", "trials", "now", "planned", "converged", "why"):
         tasks.add_column(col, justify="left" if col in ("task", "why") else "right")
     for t in plan.tasks:
         tasks.add_row(
@@ -268,6 +268,7 @@ def plan_tables(plan: Any) -> list[Any]:
             str(t.trials),
             fmt_sec(t.before_sec),
             fmt_sec(t.after_sec),
+            convergence(t.converged, t.expected_gain),
             escape(t.why),
         )
     return [buckets, tasks]
@@ -310,6 +311,14 @@ def print_plan(console: Console, plan: Any) -> None:
         console.print(table)
     for line in plan_notes(plan):
         console.print(escape(line))
+
+
+def convergence(converged: bool | None, gain: float | None) -> str:
+    """'yes' / 'no (+4% expected)' from the latest job that tuned a kernel; '—' if none."""
+    if converged is None:
+        return "—"
+    left = f" (+{100 * gain:.0f}% expected)" if gain is not None else ""
+    return ("yes" if converged else "no") + left
 
 
 # ----------------------------------------------------------------------------- build

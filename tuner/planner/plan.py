@@ -22,6 +22,9 @@ class PlannedTask:
     after_sec: float  # predicted after ``trials``
     serves: float  # share of traffic whose calls of the kernel it runs
     why: str
+    # how the latest job that tuned it ended (None: no job stored it)
+    converged: bool | None = None
+    expected_gain: float | None = None
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,10 @@ from __future__ import annotations
 import heapq
 import math
 import statistics
+from dataclasses import replace
 from typing import Any
 
+from database.jobs import latest_convergence
 from tuner.errors import TuneFarmError
 from tuner.planner.curves import (
     EVEN_FLOOR,
@@ -318,6 +320,7 @@ class Planner(LatencyModel):
         self, buckets: tuple[int, ...], chosen: Chosen, statics: dict[str, int]
     ) -> tuple[PlannedTask, ...]:
         out = []
+        wids: list[int | None] = []
         kernels = {**self.funcs, **self.static_funcs}
         for bt in bucket_tasks(self.mod, self.target, {self.var: list(buckets)}, kernels):
             # the symbolic module's kernel this task is (by structure), else its own name
@@ -335,6 +338,7 @@ class Planner(LatencyModel):
                 tm = TaskModel(base, value, bt.task.weight, bt.task.mod, bt.task.flops)
                 tm.recorded = self.db.count_records(bt.task.mod, self.target)
                 trials, share, why = max(tm.recorded, 1), 0.0, "not a kernel of the model"
+            wids.append(self.db.workload_id(bt.task.mod))
             out.append(
                 PlannedTask(
                     name=bt.task.name,
@@ -349,7 +353,12 @@ class Planner(LatencyModel):
                     why=why,
                 )
             )
-        return tuple(out)
+        known = [w for w in wids if w is not None]
+        conv = self.db.storage.run(lambda s: latest_convergence(s, known), write=False)
+        return tuple(
+            replace(t, converged=conv[w][0], expected_gain=conv[w][1]) if w in conv else t
+            for t, w in zip(out, wids, strict=True)
+        )
 
     def _why(self, km: KernelModel, tm: TaskModel, trials: int, share: float) -> str:
         if km.reason:

@@ -103,3 +103,15 @@ def test_sentence_reads_the_current_bench_table() -> None:
     runs = [Ran(TUNE, "wall time 15.5 s\n", 16.0, 0), Ran(BENCH, current, 10.0, 0)]
     sentence = summary_sentence(runs, "2026-12-05", "Intel Xeon")
     assert "**3.53x** as fast as numpy on the same inputs" in sentence
+
+
+def test_for_docs_draws_tables_in_ascii_and_keeps_the_last_progress_line() -> None:
+    from benchmarks.docs_output import for_docs
+
+    out = "tuning: 1/8 trials, 0 s\ntuning: 8/8 trials, 5 s\n" + BENCH_OUT
+    shown = for_docs(out)
+    assert "tuning: 1/8" not in shown and "tuning: 8/8 trials, 5 s" in shown
+    assert shown.isascii() is False  # µs stays; the box drawing goes
+    assert not set("┏┃━│└┡") & set(shown)
+    assert "| static | 15.812 ms | 902.0 µs |  17.53x |" in shown
+    assert "+--------+-----------+" in shown

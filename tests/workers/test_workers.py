@@ -179,7 +179,9 @@ def test_a_candidate_far_slower_than_its_tasks_best_is_timed_by_its_single_runs(
     from workers.runner import RayRunner
 
     small = [matmul_mod(64, 64, 64), matmul_mod(96, 64, 64), matmul_mod(64, 96, 64)]
-    timed = MeasureConfig(number=1, repeat=2, min_repeat_ms=20)
+    # repeats of 200 ms: a kernel of at most 1 ms whose first run alone lasts 400 ms (timed by
+    # that one long run, not screened) would take a machine 400x slower than it is
+    timed = MeasureConfig(number=1, repeat=2, min_repeat_ms=200)
     with RayConnection(num_cpus=2):
         ledger = Ledger()
         builder = RayBuilder(ledger, timed)

@@ -9,11 +9,11 @@ import statistics
 
 import pytest
 import tvm
-from tvm.s_tir import meta_schedule as ms
 from typer.testing import CliRunner
 
 from database import Storage, TuneFarmDatabase
 from tests.conftest import DATA, TINY
+from tests.records import commit as _commit
 from tests.tuner.test_dispatch import _softmax_db
 from tuner.cli import app
 from tuner.model import load_model
@@ -21,18 +21,6 @@ from tuner.pipeline import extract_tasks, prepare
 from tuner.symbolic.buckets import bucket_tasks
 
 FIELDS = ("runs", "median", "spread", "confirmed")
-
-
-def _commit(db: TuneFarmDatabase, mod: tvm.IRModule, trace: object, secs: list[float]) -> None:
-    db.commit_tuning_record(
-        ms.database.TuningRecord(
-            trace,
-            db.commit_workload(mod),
-            run_secs=secs,
-            target=db.target,
-            args_info=ms.arg_info.ArgInfo.from_prim_func(mod["main"]),
-        )
-    )
 
 
 def _db_best(url: str) -> list[dict]:

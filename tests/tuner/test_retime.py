@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tvm
-from tvm.s_tir import meta_schedule as ms
 
 from database import Storage, TuneFarmDatabase
 from tests.conftest import TINY
+from tests.records import commit as _commit
 from tuner.job.retime import retime, winner
 from tuner.model import load_model
 from tuner.pipeline import extract_tasks, prepare
@@ -40,18 +40,6 @@ def test_a_challenger_that_only_ties_is_not_promoted() -> None:
     assert won == 2 and ratios[1] < ratios[0] < 1
     assert winner(_rounds([0.5], n=2))[0] == 0  # too few rounds decide nothing
     assert winner(_rounds([1.3]))[0] == 0  # a slower challenger never
-
-
-def _commit(db: TuneFarmDatabase, mod: tvm.IRModule, trace: object, secs: list[float]) -> None:
-    db.commit_tuning_record(
-        ms.database.TuningRecord(
-            trace,
-            db.commit_workload(mod),
-            run_secs=secs,
-            target=db.target,
-            args_info=ms.arg_info.ArgInfo.from_prim_func(mod["main"]),
-        )
-    )
 
 
 @pytest.mark.slow

@@ -65,10 +65,25 @@ def _chunks(ids: Sequence[Any]) -> Iterable[list[Any]]:
 def record_stats(
     storage: Storage, kind: str, arch: str | None, after_id: int = 0
 ) -> tuple[int, int]:
-    """(count, max id) of valid records of a target kind and arch with id > ``after_id``."""
+    """(count, max id) of the schedules of a target kind and arch first measured after
+    ``after_id`` with a valid first record (each counted by that record, as
+    :func:`training_rows` gives it one row): a re-measurement of an older schedule (a
+    confirmation, a job's end-of-job re-timing) is no new training row, so it does not make a
+    model trained up to ``after_id`` stale."""
+    earlier = RecordRow.__table__.alias("earlier")
+    first = (
+        select(earlier.c.id)
+        .where(
+            earlier.c.workload_id == RecordRow.workload_id,
+            earlier.c.target_key == RecordRow.target_key,
+            earlier.c.candidate_hash == RecordRow.candidate_hash,
+            earlier.c.id < RecordRow.id,
+        )
+        .exists()
+    )
     query = _target_filter(
         select(func.count(RecordRow.id), func.max(RecordRow.id)).where(
-            RecordRow.mean_sec.is_not(None), RecordRow.id > after_id
+            RecordRow.mean_sec.is_not(None), RecordRow.id > after_id, ~first
         ),
         kind,
         arch,

@@ -47,7 +47,8 @@ def generate(
     ] = False,
 ) -> None:
     """Greedy generation from MODEL's built library (the tokenizer from the folder if any)."""
-    from tuner.llm.runtime import DecoderSession, is_decoder_folder
+    from tuner.llm.config import is_decoder_folder
+    from tuner.llm.runtime import DecoderSession
 
     if not is_decoder_folder(model):
         raise TuneFarmError(f"{model} is not a Hugging Face model folder (no config.json)")

@@ -164,7 +164,7 @@ def bench(
     bound. Exit code 2 when the tuned build's outputs disagree with the reference."""
     from tuner import services
     from tuner.cli import cluster
-    from tuner.llm.runtime import is_decoder_folder
+    from tuner.llm.config import is_decoder_folder
 
     check_model_file(model)
     if output is not None:

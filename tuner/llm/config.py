@@ -112,3 +112,9 @@ class DecoderConfig:
             )
         except KeyError as err:
             raise TuneFarmError(f"config.json of a {kind or 'decoder'} lacks {err}") from None
+
+
+def is_decoder_folder(path: Path) -> bool:
+    """A Hugging Face model folder: a directory with a ``config.json`` (no TVM import: the CLI
+    asks before its heavy imports)."""
+    return Path(path).is_dir() and (Path(path) / "config.json").is_file()

@@ -20,11 +20,6 @@ if TYPE_CHECKING:
     from tuner.model import Model
 
 
-def is_decoder_folder(path: Path) -> bool:
-    """A Hugging Face model folder: a directory with a ``config.json``."""
-    return Path(path).is_dir() and (Path(path) / "config.json").is_file()
-
-
 def decoder_module(folder: Path) -> tuple[DecoderConfig, tvm.IRModule, list[str]]:
     """The folder's config, its Relax module (``main``, see :mod:`tuner.llm.model`) and its
     parameter names."""

@@ -138,9 +138,10 @@ def test_tune_job_survives_a_node_removed_mid_job(llvm_target, tmp_path) -> None
         )
         hashes = [r.candidate_hash for r in rows]
         # no candidate measured as a trial twice: a second record of a candidate is only
-        # the confirmation of a new best
+        # the confirmation of a new best or a run of the end-of-job re-timing
         confirmations = summary.search.get("confirmed", {}).get("count", 0)
-        assert len(hashes) - len(set(hashes)) <= confirmations
+        retimed = summary.search.get("retime", {}).get("runs", 0)
+        assert len(hashes) - len(set(hashes)) <= confirmations + retimed
         assert len(set(hashes)) >= 12 and summary.trials_measured >= 12
         assert all(r.error_kind != "worker_died" for r in rows), rows  # none lost
         assert all(t.best_sec for t in summary.tasks)

@@ -49,7 +49,7 @@ def record_job_tasks(storage: Storage, job_id: int, tasks: list[dict[str, Any]])
     storage.run(write)
 
 
-def job_tasks(storage: Storage, job_id: int) -> list[dict[str, Any]]:
+def stored_task_ends(storage: Storage, job_id: int) -> list[dict[str, Any]]:
     """How each of job ``job_id``'s tasks ended, in the order the job stored them."""
 
     def load(session: Session) -> list[dict[str, Any]]:

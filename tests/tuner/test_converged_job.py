@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from database import Storage
-from database.jobs import job_tasks
+from database.jobs import stored_task_ends
 from tests.cli_assert import one_line_error
 from tests.conftest import TINY
 from tuner.cli import app
@@ -85,7 +85,7 @@ def test_converged_tasks_stop_and_the_job_ends_before_its_trials(tmp_path: Path)
         assert task["trials"] >= 1 + least  # its default schedule, its rounds
     assert out["trials_measured"] == sum(t["trials"] for t in tasks) < 400
     # the database keeps how each task ended, for db list, plan and the dashboard
-    stored = job_tasks(Storage(f"sqlite:///{tmp_path / 'converged'}.db"), out["job_id"])
+    stored = stored_task_ends(Storage(f"sqlite:///{tmp_path / 'converged'}.db"), out["job_id"])
     assert [(r["name"], r["trials"], r["converged"], r["converged_at"]) for r in stored] == [
         (t["name"], t["trials"], True, t["converged_at"]) for t in tasks
     ]

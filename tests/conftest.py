@@ -8,6 +8,7 @@ names every group of skipped tests with the command that enables it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 import re
@@ -286,7 +287,40 @@ def dyn_tuned_db(tmp_path_factory: pytest.TempPathFactory, llvm_target: tvm.targ
     config = TuneConfig(
         trials=48, trials_per_iter=8, seed=0, measure=MeasureConfig(min_repeat_ms=5, repeat=2)
     )
-    # 10 default schedules + 38 searched: enough that the search beats the default schedule of
-    # the matmul kernels (a bucket whose best is the default gets no range kernel)
+    # 10 default schedules + 38 searched
     tune(model.mod, llvm_target, Storage(url), config, model_name="dyn", buckets={"n": [4, 16]})
+    # What the tests read is the build given a database, not the search's luck: on a busy
+    # machine the default schedule can stay a bucket's best, and such a bucket gets no range
+    # kernel. So each bucket's fastest searched schedule is made its best, and a second run of
+    # the same job (its trials spent: no search) times the range kernels of the new bests.
+    if _searched_bests(url, llvm_target):
+        again = dataclasses.replace(config, retime=0)
+        tune(model.mod, llvm_target, Storage(url), again, model_name="dyn", buckets={"n": [4, 16]})
     return url
+
+
+def _searched_bests(url: str, target: tvm.target.Target) -> int:
+    """Make each workload's fastest searched schedule its best where the untuned default
+    schedule is: a record of it with run times below every time of the workload (test data,
+    enough samples to carry its pooled median). Returns how many workloads it changed."""
+    from database import Storage, TuneFarmDatabase, shash_of
+    from tests.records import commit
+    from tuner.symbolic.rangekernel import is_default
+    from workers.fingerprint import local_device_for
+
+    device = local_device_for(target)  # the job's runners are this machine's: the exact level
+    db = TuneFarmDatabase(Storage(url, create=False), target, device=device)
+    mods = {shash_of(r.workload.mod): r.workload.mod for r in db.get_all_tuning_records()}
+    changed = 0
+    for mod in mods.values():
+        best = db.best(mod, target)  # as the build looks it up: this device's records first
+        if best is None or not is_default(best[0].trace):
+            continue
+        ranked = db.top(mod, target, 1000)
+        searched = next((r for _, r, _ in ranked if not is_default(r.trace)), None)
+        if searched is None:
+            continue
+        low = 0.2 * min(s for _, _, ev in ranked for s in ev.secs)
+        commit(db, mod, searched.trace, [low] * (len(searched.run_secs) + 1), device)
+        changed += 1
+    return changed

@@ -14,9 +14,11 @@ another job's or a teammate's run), and its evidence pools their valid run times
 
 TuneFarm's best schedule of a workload (what ``build`` applies and ``db best`` reports) is the
 one with the lowest pooled median; ties go to the schedule with more runs, then to the one
-measured first. Finding it takes no scan of every record: a schedule's pooled median is never
-below the lowest median of its records (``median_sec``, indexed), so schedules are visited in
-the order of that lower bound and the visit stops once the bound passes the best median found.
+measured first; of the schedules a job's paired re-timing compared, its winner
+(:mod:`database.verdicts`). Finding it takes no scan of every record: a schedule's pooled
+median is never below the lowest median of its records (``median_sec``, indexed), so
+schedules are visited in the order of that lower bound and the visit stops once the bound
+passes the best median found.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any, Generic, TypeVar
 from sqlalchemy import Select, bindparam, func, select
 from sqlalchemy.engine import Connection
 
+from database import verdicts
 from database.models import RecordRow
 
 S = TypeVar("S")
@@ -256,7 +259,19 @@ def best_of(
 ) -> tuple[Schedule, Evidence] | None:
     """The best schedule of workload ``wid`` among its valid records matching ``where``."""
     bounded = stream(conn, stream_query(where), {"wid": wid})
-    return choose(bounded, lambda batch: samples(conn, wid, batch, where))
+    found = choose(bounded, lambda batch: samples(conn, wid, batch, where))
+    if found is None:
+        return None
+    by_target = {t: v for (_, t), v in verdicts.newest(conn, [wid]).items()}
+    return verdicts.prefer([found], by_target, lambda s: pooled(conn, wid, s, where))[0]
+
+
+def pooled(
+    conn: Connection, wid: int, schedule: Schedule, where: Sequence[Any] = ()
+) -> Evidence | None:
+    """The evidence of one schedule of workload ``wid`` (None: no valid record matches)."""
+    records = samples(conn, wid, [schedule], where).get(schedule)
+    return Evidence.pool(records) if records else None
 
 
 def best_per_partition(
@@ -289,4 +304,13 @@ def best_per_partition(
         found = choose(items, read)
         if found is not None:
             out[(wid, tkey)] = found
+    # the re-timing's verdicts (one query for all): of the schedules one compared, its winner
+    for (wid, tkey), verdict in verdicts.newest(conn).items():
+        if (wid, tkey) not in out:
+            continue
+        cand, ev = out[(wid, tkey)]
+        ranked = verdicts.prefer(
+            [((tkey, cand), ev)], {tkey: verdict}, lambda s, w=wid: pooled(conn, w, s, where)
+        )
+        out[(wid, tkey)] = (ranked[0][0][1], ranked[0][1])
     return out

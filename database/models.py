@@ -98,6 +98,23 @@ class JobTaskRow(Base):
     converged_at: Mapped[int | None] = mapped_column(Integer)
 
 
+class VerdictRow(Base):
+    """The paired re-timing's verdict on a workload's schedules on one target: of the
+    ``compared`` schedules (candidate hashes, JSON), ``winner`` is the build's pick until
+    another re-timing compares them again (:mod:`database.verdicts`)."""
+
+    __tablename__ = "verdicts"
+    __table_args__ = (Index("ix_verdict_workload", "workload_id", "target_key", "id"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    workload_id: Mapped[int] = mapped_column(ForeignKey("workloads.id", ondelete="CASCADE"))
+    target_key: Mapped[str] = mapped_column(String(40))
+    winner: Mapped[str] = mapped_column(String(32))
+    compared_json: Mapped[str] = mapped_column(Text)
+    rounds: Mapped[int] = mapped_column(Integer)
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 class RecordRow(Base):
     """One timed run of a candidate schedule of a workload on a target (valid or failed).
 

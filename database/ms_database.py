@@ -22,10 +22,10 @@ from tvm.ir import IRModule
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord, Workload
 
-from database import evidence
+from database import evidence, verdicts
 from database.evidence import Evidence
 from database.jobs import set_job_fields
-from database.models import EMPTY_TRACE, GenericRun, RecordRow, WorkloadRow
+from database.models import EMPTY_TRACE, GenericRun, RecordRow, VerdictRow, WorkloadRow
 from database.records import (
     LOOKUP_LEVELS,
     BestRecord,
@@ -306,6 +306,7 @@ class TuneFarmDatabase(PyDatabase):
 
         def lookup(session: Session) -> tuple[str, Any, Evidence] | None:
             conn = session.connection()
+            by_target = {t: v for (_, t), v in verdicts.newest(conn, [wid]).items()}
             for level in levels:
                 rows: dict[int, Any] = {}
                 bounded = (
@@ -320,6 +321,13 @@ class TuneFarmDatabase(PyDatabase):
                     bounded, lambda batch, w=where: evidence.samples(conn, wid, batch, w)
                 )
                 if found is not None:
+                    found = verdicts.prefer(
+                        [found],
+                        by_target,
+                        lambda s, w=where: (
+                            None if s in unusable else evidence.pooled(conn, wid, s, w)
+                        ),
+                    )[0]
                     first = found[1].first_id
                     row = (
                         rows.get(first)
@@ -365,8 +373,9 @@ class TuneFarmDatabase(PyDatabase):
         self, mod: IRModule, target: tvm.target.Target, k: int
     ) -> list[tuple[str, TuningRecord, Evidence]]:
         """The ``k`` best schedules of ``mod`` measured on exactly ``target``, best first (the
-        first is :meth:`best`'s at the ``target`` level): (candidate hash, its record with
-        the pooled run times, its evidence). Records whose trace does not apply are left out."""
+        first is :meth:`best`'s at the ``target`` level, the re-timing's verdict applied):
+        (candidate hash, its record with the pooled run times, its evidence). Records whose
+        trace does not apply are left out."""
         wid = self.workload_id(mod)
         if wid is None or k < 1:
             return []
@@ -378,6 +387,10 @@ class TuneFarmDatabase(PyDatabase):
             bounded = evidence.stream(conn, STREAM_QUERIES["target"], {"wid": wid, **values}, rows)
             found = evidence.ranked(
                 bounded, lambda batch: evidence.samples(conn, wid, batch, where), k
+            )
+            by_target = {t: v for (_, t), v in verdicts.newest(conn, [wid]).items()}
+            found = verdicts.prefer(
+                found, by_target, lambda s: evidence.pooled(conn, wid, s, where)
             )
             out = []
             for _, ev in found:
@@ -427,6 +440,20 @@ class TuneFarmDatabase(PyDatabase):
             GenericRun.target_key == TargetKey.of(target).key,
         )
         return self.storage.run(lambda s: s.scalar(query), write=False)
+
+    def add_verdict(
+        self,
+        mod: IRModule,
+        target: tvm.target.Target,
+        verdict: verdicts.Verdict,
+        job_id: int | None = None,
+    ) -> None:
+        """Store a paired re-timing's verdict on ``mod``'s schedules on ``target``: from now
+        on the build picks its winner over the other schedules it compared."""
+        wid = self.workload_id(mod, create=True)
+        assert wid is not None
+        values = verdicts.row_values(wid, TargetKey.of(target).key, verdict, job_id)
+        self.storage.run(lambda s: s.execute(VerdictRow.__table__.insert().values(**values)))
 
     def add_generic_run(
         self,

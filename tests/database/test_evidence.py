@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from database import Storage, TargetKey, TuneFarmDatabase, shash_of
 from database.evidence import Evidence
+from database.models import RecordRow
 from database.sharing import import_metaschedule, merge, prune
 from database.training import training_rows
 from tests.conftest import matmul_mod
@@ -134,6 +135,51 @@ def test_evidence_of_pooled_runs() -> None:
         "spread": None,
         "confirmed": False,
     }
+
+
+def test_the_build_follows_the_retimings_verdict_among_what_it_compared(any_url: str) -> None:
+    """A re-timing compared A (incumbent) and B and kept A (B only tied), yet B's pooled
+    median is lower: the best, ``top``, ``db best`` and a best-only export all answer A. C,
+    which it did not compare, still wins by its median; a newer verdict replaces the old
+    one; a winner without records left is passed over."""
+    from database.sharing import best_record_ids
+    from database.verdicts import Verdict
+
+    mod = matmul_mod()
+    a, b, c = _candidate(mod, 0, 2), _candidate(mod, 1, 4), _candidate(mod, 2, 8)
+    db = TuneFarmDatabase(Storage(any_url))
+    _commit(db, mod, a, [3e-6, 3e-6])
+    _commit(db, mod, b, [2e-6, 2e-6])
+    _commit(db, mod, c, [5e-6])
+
+    def hashes() -> list[str]:
+        return [h for h, _, _ in db.top(mod, TARGET, 3)]
+
+    def best_is(sch: tvm.s_tir.Schedule) -> bool:
+        return tvm_ffi.structural_equal(db.query_ir_module(mod, TARGET, "main"), sch.mod)
+
+    h_b, h_a, h_c = hashes()
+    assert best_is(b)
+    db.add_verdict(mod, TARGET, Verdict(h_a, frozenset({h_a, h_b}), 5))
+    assert best_is(a) and hashes() == [h_a, h_b, h_c]
+    assert [h for h, _, _ in db.top(mod, TARGET, 1)] == [h_a]  # the winner read beyond k
+    found = db.best(mod, TARGET)
+    assert found is not None and found.evidence.median == pytest.approx(3e-6)
+    result = CliRunner().invoke(app, ["db", "best", "--db", any_url, "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)[0]["median"] == pytest.approx(3e-6)
+    kept = db.storage.run(best_record_ids, write=False)
+    assert len(kept) == 1  # A's one record
+    _commit(db, mod, c, [1e-6, 1e-6, 1e-6])  # C: not compared, now the fastest by far
+    assert best_is(c)
+    db.add_verdict(mod, TARGET, Verdict(h_b, frozenset({h_a, h_b, h_c}), 5))
+    assert best_is(b)  # the newest verdict: B over A and C
+    with pytest.raises(ValueError, match="winner"):
+        Verdict(h_a, frozenset({h_b}), 5)
+    db.storage.run(
+        lambda s: s.execute(RecordRow.__table__.delete().where(RecordRow.candidate_hash == h_b))
+    )
+    assert best_is(c)  # B's records gone: the verdict is passed over
 
 
 def test_db_best_json_shows_the_evidence_per_kernel(sqlite_url: str) -> None:

@@ -44,7 +44,7 @@ def test_schema_1_file_is_refused_then_upgraded(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["db", "upgrade", "--db", url])
     assert result.exit_code == 0, result.output
     assert f"from revision 0001 to {migrate.head_revision()}" in result.output
-    assert migrate.head_revision() == "0008"
+    assert migrate.head_revision() == "0009"
     storage = Storage(url, create=False)
     assert stats(storage)["valid_records"] == 4  # nothing lost
     _no_drift(storage)
@@ -95,14 +95,14 @@ def test_revision_0003_upgrades_to_the_head_with_the_feature_cache(any_url: str)
             "VALUES (7, 1, 'c', '[]', '[]', 'k', '{}', 'llvm', CURRENT_TIMESTAMP)"
         )
     assert "record_features" not in inspect(engine).get_table_names()
-    with pytest.raises(DatabaseError, match=r"revision 0003.*needs 0008.*tunefarm db upgrade"):
+    with pytest.raises(DatabaseError, match=r"revision 0003.*needs 0009.*tunefarm db upgrade"):
         Storage(any_url, create=False)
     assert migrate.upgrade(engine) == ("0003", migrate.head_revision())
     engine.dispose()
     storage = Storage(any_url, create=False)
     _no_drift(storage)
     with storage.engine.begin() as conn:
-        assert conn.execute(text("SELECT value FROM tunefarm_meta")).scalar() == "8"
+        assert conn.execute(text("SELECT value FROM tunefarm_meta")).scalar() == "9"
         assert conn.exec_driver_sql("SELECT COUNT(*) FROM generic_runs").scalar() == 0
         conn.execute(
             text("INSERT INTO record_features VALUES (7, 1, 2, :b, :b, 0, 0)"),

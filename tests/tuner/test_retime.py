@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tvm
 
-from database import Storage, TuneFarmDatabase
+from database import Storage, TargetKey, TuneFarmDatabase, verdicts
 from tests.conftest import TINY
 from tests.records import commit as _commit
 from tuner.job.retime import retime, winner
@@ -84,4 +84,10 @@ def test_the_top_schedules_are_retimed_on_the_runner_and_every_run_is_pooled(
         assert runs[h] == 4 * timed and after[h].samples == 1 + 2 * runs[h]
     assert second.pick in set(first.candidates) | set(second.candidates)
     assert second.pick == db.top(task.mod, llvm_target, 1)[0][0]
+    # the verdict is stored and the build follows it: its pick is the rule's winner
+    assert second.agrees and db.best(task.mod, llvm_target).record.trace is not None
+    with db.storage.engine.connect() as conn:
+        verdict = verdicts.newest(conn)[(db.workload_id(task.mod), TargetKey.of(llvm_target).key)]
+    assert verdict.winner == second.pick and verdict.rounds == 4
+    assert verdict.compared == set(first.candidates) | set(second.candidates)
     assert not ledger.entries  # the artifacts released

@@ -10,7 +10,9 @@ the build's pick (the pooled median, :mod:`database.evidence`) reflects them.
 The challenger rule (:func:`winner`): the incumbent (the best before the re-timing) keeps its
 place unless a challenger is faster with confidence over the paired rounds
 (:func:`tuner.paired.faster_with_confidence`); a challenger that only ties is not promoted.
-Pairs are rounds in which every candidate ran on the same worker.
+Pairs are rounds in which every candidate ran on the same worker. The verdict is stored
+(:mod:`database.verdicts`) and the build follows it: of the schedules compared, the winner is
+the pick, whatever their pooled medians say.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 import tvm
 
 from database import Measurement, TuneFarmDatabase
+from database.verdicts import Verdict
 from tuner.paired import faster_with_confidence, interval, log_ratios
 from tuner.pipeline import Task
 from workers.builder import RayBuilder
@@ -33,8 +36,7 @@ from workers.runner import RayRunner
 log = logging.getLogger("tunefarm.job")
 # re-timings of one task at most: when the build's pick after one is a schedule it did not
 # time (the re-timed ones' lucky first timings gone, the next one's is the lowest), the new
-# top few are re-timed once more; when it is a challenger the rule did not promote (its
-# pooled median lower, its paired rounds undecided), the two are timed again
+# top few are re-timed once more
 PASSES = 2
 
 
@@ -97,29 +99,24 @@ def retime(
     timed run; tasks with fewer than two schedules are left alone."""
     out = []
     for task in tasks:
-        timed: set[str] = set()
-        last: Retimed | None = None
+        compared: set[str] = set()
         for _ in range(PASSES):
             found = db.top(task.mod, target, top)
-            if len(found) < 2:
-                break
-            if found[0][0] in timed:
-                if last is None or last.agrees:
-                    break  # the build's pick is the rule's winner
-                # the pooled median prefers a challenger the paired rounds could not tell
-                # from the winner: the two are timed again, the winner as the incumbent
-                won = last.candidates[last.winner]
-                found = [f for f in found if f[0] == won] + [f for f in found if f[0] != won]
-                found = found[:2] if found[0][0] == won else []
-                if not found:
-                    break
+            if len(found) < 2 or found[0][0] in compared:
+                break  # the build's pick was re-timed
             done = _retime_task(task, found, target, builder, runner, db, job_id, rounds)
             if done is None:
                 break
-            timed.update(done.candidates)
+            if done.rounds:
+                # the verdict stands over every schedule this job's passes compared (a
+                # challenger an earlier pass could not tell from its winner stays behind it)
+                compared.update(done.candidates)
+                verdict = Verdict(done.candidates[done.winner], frozenset(compared), done.rounds)
+                db.add_verdict(task.mod, target, verdict, job_id)
             pick = db.top(task.mod, target, 1)
-            last = replace(done, pick=pick[0][0] if pick else None)
-            out.append(last)
+            out.append(replace(done, pick=pick[0][0] if pick else None))
+            if not done.rounds:
+                break
     return out
 
 

@@ -18,6 +18,7 @@ from database import TuneFarmDatabase
 from tuner.pipeline import normalize
 from tuner.symbolic.dispatch.plan import KernelPlan, plan_kernel
 from tuner.symbolic.dispatch.rule import BucketKernel, KernelDispatch
+from tuner.symbolic.fixed import reduction_outer
 from tuner.symbolic.padding import CopyKernels, padded_to
 from tuner.symbolic.rangekernel import (
     coefficient,
@@ -449,6 +450,7 @@ def add_dispatch(
     variable, observed values and their counts (a shape profile's marginals), which choose
     the kernel above the largest bucket (:attr:`KernelDispatch.above`)."""
     plans: dict[str, KernelPlan] = {}
+    fixed: dict[relax.GlobalVar, tirx.PrimFunc] = {}
     for gv, func in prepared.functions.items():
         if isinstance(func, tirx.PrimFunc) and symbolic_var(func) is not None:
             plans[gv.name_hint] = plan_kernel(gv.name_hint, func, target, db, traffic or {})
@@ -459,9 +461,15 @@ def add_dispatch(
                 for p in norm["main"].params
                 for d in (getattr(p, "shape", None) or ())
             ):
-                plans[gv.name_hint] = KernelPlan(
-                    KernelDispatch(gv.name_hint, None, reason="several symbolic variables")
-                )
+                reason = "several symbolic variables"
+                if target.kind.name == "llvm" and (sched := reduction_outer(func)) is not None:
+                    fixed[gv] = sched
+                    reason += "; reduction loop outermost"
+                plans[gv.name_hint] = KernelPlan(KernelDispatch(gv.name_hint, None, reason=reason))
+    if fixed:  # the fixed CPU schedule (tuner.symbolic.fixed) of kernels no bucket tunes
+        prepared = prepared.clone()
+        for gv, sched in fixed.items():
+            prepared[gv] = sched
     report = {name: plan.dispatch for name, plan in plans.items()}
     # a kernel whose rule runs the generic kernel at every value keeps its plain call: a
     # dispatch would only add its cost to every call

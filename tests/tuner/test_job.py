@@ -80,7 +80,12 @@ def test_tune_records_every_trial(tuned_db, llvm_target) -> None:
         assert conn.scalar(select(func.count()).select_from(RecordRow)) == counts["records"]
     pooled = [Evidence.pool(recs) for recs in by_schedule.values()]
     assert sum(e.runs for e in pooled) == counts["records"]
-    assert all(e.samples == 2 * e.runs for e in pooled)  # repeat=2: every run pooled
+    # repeat=2: two times a record, or one where a first run outlasted both repeats' minimum
+    # (a busy machine; workers.measure.timed_secs); every time pooled
+    assert all(len(secs) in (1, 2) for recs in by_schedule.values() for _, secs in recs)
+    assert [e.samples for e in pooled] == [
+        sum(len(secs) for _, secs in recs) for recs in by_schedule.values()
+    ]
     model = load_model(TINY)
     mod = extract_tasks(prepare(model.mod, llvm_target), llvm_target)[0].mod
     (cand, _, ev), *_ = TuneFarmDatabase(storage).top(mod, llvm_target, 1)

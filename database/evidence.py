@@ -262,7 +262,7 @@ def best_of(
     found = choose(bounded, lambda batch: samples(conn, wid, batch, where))
     if found is None:
         return None
-    by_target = {t: v for (_, t), v in verdicts.newest(conn, [wid]).items()}
+    by_target = verdicts.of_workload(conn, wid)
     return verdicts.prefer([found], by_target, lambda s: pooled(conn, wid, s, where))[0]
 
 

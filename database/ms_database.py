@@ -306,7 +306,7 @@ class TuneFarmDatabase(PyDatabase):
 
         def lookup(session: Session) -> tuple[str, Any, Evidence] | None:
             conn = session.connection()
-            by_target = {t: v for (_, t), v in verdicts.newest(conn, [wid]).items()}
+            by_target = verdicts.of_workload(conn, wid)
             for level in levels:
                 rows: dict[int, Any] = {}
                 bounded = (
@@ -388,7 +388,7 @@ class TuneFarmDatabase(PyDatabase):
             found = evidence.ranked(
                 bounded, lambda batch: evidence.samples(conn, wid, batch, where), k
             )
-            by_target = {t: v for (_, t), v in verdicts.newest(conn, [wid]).items()}
+            by_target = verdicts.of_workload(conn, wid)
             found = verdicts.prefer(
                 found, by_target, lambda s: evidence.pooled(conn, wid, s, where)
             )

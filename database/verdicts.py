@@ -69,6 +69,11 @@ def newest(conn: Connection, wids: Iterable[int] | None = None) -> dict[tuple[in
     }
 
 
+def of_workload(conn: Connection, wid: int) -> dict[str, Verdict]:
+    """The newest verdict on workload ``wid`` per target key."""
+    return {tkey: v for (_, tkey), v in newest(conn, [wid]).items()}
+
+
 def prefer(
     ranked: list[tuple[Schedule, Evidence]],
     verdicts: Mapping[str, Verdict],

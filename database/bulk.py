@@ -7,7 +7,9 @@ from typing import Any
 
 from sqlalchemy import text, update
 from sqlalchemy.orm import Session
+from tvm.s_tir.meta_schedule.database import Workload
 
+from database import verdicts as verdict_rows
 from database.jobs import insert_job
 from database.models import RecordRow
 from database.records import (
@@ -32,6 +34,7 @@ def add_many(
     job: dict[str, Any] | None = None,
     copy_jobs: list[dict[str, Any]] | None = None,
     generic_runs: list[dict[str, Any]] | None = None,
+    verdicts: list[tuple[Workload, dict[str, Any]]] | None = None,
 ) -> int:
     """Store measurements with their workloads in ONE transaction; returns how many were new.
 
@@ -44,7 +47,8 @@ def add_many(
     job row that the records point to; ``copy_jobs`` copies other jobs (each with its
     ``old_id``), and records' ``job_id`` are mapped from the old ids to the copies;
     ``generic_runs`` (column values) are added where the same kernel, bucket, target and
-    device has none.
+    device has none; ``verdicts`` (the re-timing's, :func:`database.verdicts.rows` values of
+    a workload) are added where the same verdict is not stored.
     """
 
     def write(session: Session) -> int:
@@ -91,6 +95,13 @@ def add_many(
                 )
         for values in generic_runs or []:
             insert_generic_run(session, dict(values))
+        for workload, values in verdicts or []:
+            wid = ids.get(workload)
+            if wid is None:  # a workload none of whose records came along
+                mod = workload.mod
+                wid = workload_row_id(session, mod, shash=ids.shash(mod), create=False)
+            if wid is not None:
+                verdict_rows.insert_copy(session, {**values, "workload_id": wid})
         return added
 
     return storage.run(write)

@@ -30,6 +30,15 @@ def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
 
+def naive_utc(when: dt.datetime) -> dt.datetime:
+    """A UTC time without its zone (SQLite returns stored times naive, in UTC)."""
+    return (
+        when.replace(tzinfo=None)
+        if when.tzinfo is None
+        else when.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    )
+
+
 class Base(DeclarativeBase):
     """Declarative base of all TuneFarm tables."""
 

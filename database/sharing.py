@@ -21,10 +21,18 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 
-from database import evidence
+from database import evidence, verdicts
 from database.bulk import add_many
 from database.errors import DatabaseError, error_summary
-from database.models import GenericRun, JobRow, MetaRow, RecordRow, WorkloadRow, utcnow
+from database.models import (
+    GenericRun,
+    JobRow,
+    MetaRow,
+    RecordRow,
+    WorkloadRow,
+    naive_utc,
+    utcnow,
+)
 from database.records import Measurement, WorkloadLabels, generic_run_values, shash_of
 from database.storage import Storage, redact
 from database.targets import TargetKey
@@ -38,6 +46,9 @@ INFO_FILE = "tunefarm_workloads.json"
 # The times of symbolic kernels' generic code at each bucket (GenericRun), one JSON line each,
 # so that an import builds the dispatch its source builds; stock MetaSchedule ignores it.
 GENERIC_FILE = "tunefarm_generic_runs.json"
+# The end-of-job re-timing's verdicts (VerdictRow), one JSON line each naming its workload's line
+# of WORKLOAD_FILE, so that an import picks the schedules its source picks.
+VERDICT_FILE = "tunefarm_verdicts.json"
 FAILED_RUN_SEC = 1e9  # stock MetaSchedule stores a failed run as 1e10 seconds
 
 
@@ -87,21 +98,20 @@ def export_metaschedule(
         )
     if not out_dir.parent.is_dir():
         raise DatabaseError(f"folder does not exist: {out_dir.parent}")
-    paths = [out_dir / f for f in (WORKLOAD_FILE, RECORD_FILE, INFO_FILE, GENERIC_FILE)]
+    names = (WORKLOAD_FILE, RECORD_FILE, INFO_FILE, GENERIC_FILE, VERDICT_FILE)
+    paths = [out_dir / f for f in names]
     if not force and any(p.exists() and p.stat().st_size for p in paths):
         raise DatabaseError(
             f"{out_dir} already holds a MetaSchedule database; choose an empty folder "
             "or use --force to replace it"
         )
 
-    def load(
-        session: Session,
-    ) -> tuple[list[tuple[RecordRow, str, WorkloadRow]], list[dict[str, Any]]]:
+    def load(session: Session) -> tuple[list[tuple[RecordRow, str, WorkloadRow]], ...]:
         ids = best_record_ids(session) if best_only else None
         rows = [r for r in _stream(session, ids) if r[0].mean_sec is not None]
-        return rows, _generic_runs(session)
+        return rows, _generic_runs(session), verdicts.rows(session)
 
-    rows, generics = storage.run(load, write=False)
+    rows, generics, verdict_rows = storage.run(load, write=False)
     out_dir.mkdir(exist_ok=True)
     # The lines are written here, not through a stock JSONDatabase: its commit_workload folds
     # structurally equal modules into one, so a kernel with another kernel's structure and
@@ -109,7 +119,7 @@ def export_metaschedule(
     # its records a workload their traces cannot replay on. Stock loads every line as its own
     # workload and attaches each record to the line its index names.
     index: dict[int, int] = {}  # workload row id -> line of WORKLOAD_FILE
-    lines: tuple[list[str], ...] = ([], [], [], [_generic_line(g) for g in generics])
+    lines: tuple[list[str], ...] = ([], [], [], [_generic_line(g) for g in generics], [])
     for row, mod_json, wl in rows:
         if row.workload_id not in index:
             index[row.workload_id] = len(index)
@@ -122,6 +132,10 @@ def export_metaschedule(
             json.loads(row.args_info_json),
         ]
         lines[1].append(json.dumps([index[row.workload_id], body]))
+    for values in verdict_rows:
+        if values["workload_id"] in index:
+            line = verdicts.line(values, index[values["workload_id"]])
+            lines[4].append(json.dumps(line, sort_keys=True))
     for path, text in zip(paths, lines, strict=True):  # each whole, then renamed into place
         partial = path.with_name(path.name + ".partial")
         partial.write_text("".join(line + "\n" for line in text), encoding="utf-8")
@@ -186,6 +200,26 @@ def _read_generic_runs(path: Path) -> list[dict[str, Any]]:
         )
         del values["job_id"]  # a copy names no job of its source
         out.append(values)
+    return out
+
+
+def _read_verdicts(path: Path, workloads: list[Workload]) -> list[tuple[int, dict[str, Any]]]:
+    """The verdicts of :data:`VERDICT_FILE` (workload line, column values), every line
+    checked (none when the folder has no such file)."""
+    if not path.exists():
+        return []
+    out = []
+    for lineno, entry in _lines(path):
+        where = f"{path}:{lineno}"
+        found = verdicts.from_line(entry)
+        if found is None:
+            raise DatabaseError(
+                f"{where}: expected a verdict (index, target_key, winner among compared, "
+                "rounds, created_at)"
+            )
+        if found[0] >= len(workloads):
+            raise DatabaseError(f"{where}: workload index {found[0]} out of range")
+        out.append(found)
     return out
 
 
@@ -300,8 +334,9 @@ def import_metaschedule(storage: Storage, src: Path) -> CopySummary:
             raise DatabaseError(f"{where}: not a tuning record ({error_summary(err)})") from None
         items.append((measurement, info_of[index]))
     generics = _read_generic_runs(src / GENERIC_FILE)
+    copied = [(workloads[i], values) for i, values in _read_verdicts(src / VERDICT_FILE, workloads)]
     job = {"name": f"import {src}", "target_json": "{}", "budget": 0, "status": "imported"}
-    added = add_many(storage, items, job=job, generic_runs=generics)
+    added = add_many(storage, items, job=job, generic_runs=generics, verdicts=copied)
     return CopySummary(workloads=len(workloads), records=len(items), added=added)
 
 
@@ -314,13 +349,12 @@ def merge(storage: Storage, other_url: str) -> CopySummary:
     if other.engine.url == storage.engine.url:
         raise DatabaseError("cannot merge a database into itself")
 
-    def load(
-        session: Session,
-    ) -> tuple[list[tuple[RecordRow, str, WorkloadRow]], list[JobRow], list[dict[str, Any]]]:
+    def load(session: Session) -> tuple[list[Any], ...]:
         jobs = list(session.scalars(select(JobRow).order_by(JobRow.id)))
-        return list(_stream(session, None)), jobs, _generic_runs(session)
+        rows = list(_stream(session, None))
+        return rows, jobs, _generic_runs(session), verdicts.rows(session)
 
-    rows, jobs, generics = other.run(load, write=False)
+    rows, jobs, generics, verdict_rows = other.run(load, write=False)
     other.dispose()
     modules: dict[int, Workload] = {}
     items: list[tuple[Measurement, WorkloadLabels]] = []
@@ -371,7 +405,8 @@ def merge(storage: Storage, other_url: str) -> CopySummary:
         }
         for j in jobs
     ]
-    added = add_many(storage, items, copy_jobs=copied, generic_runs=generics)
+    judged = [(modules[v["workload_id"]], v) for v in verdict_rows if v["workload_id"] in modules]
+    added = add_many(storage, items, copy_jobs=copied, generic_runs=generics, verdicts=judged)
     return CopySummary(workloads=len(modules), records=len(items), added=added)
 
 
@@ -398,12 +433,11 @@ def export_pack(storage: Storage, path: Path, *, force: bool = False) -> CopySum
     if not path.parent.is_dir():
         raise DatabaseError(f"folder does not exist: {path.parent}")
 
-    def load(
-        session: Session,
-    ) -> tuple[list[tuple[RecordRow, str, WorkloadRow]], list[dict[str, Any]]]:
-        return list(_stream(session, best_record_ids(session))), _generic_runs(session)
+    def load(session: Session) -> tuple[list[Any], ...]:
+        rows = list(_stream(session, best_record_ids(session)))
+        return rows, _generic_runs(session), verdicts.rows(session, {wl.id for *_, wl in rows})
 
-    rows, generics = storage.run(load, write=False)
+    rows, generics, verdict_rows = storage.run(load, write=False)
     tmp = path.with_name(path.name + ".partial")
     tmp.unlink(missing_ok=True)
     pack = Storage(f"sqlite:///{tmp}")
@@ -424,6 +458,10 @@ def export_pack(storage: Storage, path: Path, *, force: bool = False) -> CopySum
                 session.add(RecordRow(**values))
             for values in generics:  # the build's dispatch weighs them
                 session.add(GenericRun(**values))
+            for values in verdict_rows:  # and picks as its source picks
+                verdicts.insert_copy(
+                    session, {**values, "workload_id": wmap[values["workload_id"]]}
+                )
             session.merge(
                 MetaRow(
                     key="pack",
@@ -487,15 +525,6 @@ def _schedule_ranks(
     return ranks
 
 
-def _naive(when: dt.datetime) -> dt.datetime:
-    """A UTC time without its zone (SQLite returns stored times naive)."""
-    return (
-        when.replace(tzinfo=None)
-        if when.tzinfo is None
-        else when.astimezone(dt.timezone.utc).replace(tzinfo=None)
-    )
-
-
 MAX_KEEP_TOP = 1_000_000_000  # fits every database's integers
 MAX_AGE_DAYS = 36_500  # a hundred years; far older cutoffs overflow a datetime
 
@@ -546,13 +575,13 @@ def prune(
         if keep_top is not None or older_than_days is not None:
             records = _valid_records(session.connection())
             ranks = _schedule_ranks(records)
-            cutoff = _naive(utcnow() - dt.timedelta(days=older_than_days or 0))
+            cutoff = naive_utc(utcnow() - dt.timedelta(days=older_than_days or 0))
             for rid, key, _secs, created in records:
                 if ranks[key] == 1:
                     continue  # every run of the best schedule stays
                 if keep_top is not None and ranks[key] > keep_top:
                     top_ids.append(rid)
-                elif older_than_days is not None and _naive(created) < cutoff:
+                elif older_than_days is not None and naive_utc(created) < cutoff:
                     old_ids.append(rid)
         plan = PrunePlan(failed=len(failed_ids), beyond_top=len(top_ids), older=len(old_ids))
         if not dry_run:

@@ -18,6 +18,7 @@ from tvm.s_tir.meta_schedule.database import TuningRecord
 from typer.testing import CliRunner
 
 from database import Storage, TargetKey, TuneFarmDatabase, shash_of
+from database.errors import DatabaseError
 from database.evidence import Evidence
 from database.models import RecordRow
 from database.sharing import import_metaschedule, merge, prune
@@ -180,6 +181,51 @@ def test_the_build_follows_the_retimings_verdict_among_what_it_compared(any_url:
         lambda s: s.execute(RecordRow.__table__.delete().where(RecordRow.candidate_hash == h_b))
     )
     assert best_is(c)  # B's records gone: the verdict is passed over
+
+
+def test_verdicts_travel_with_their_records(any_url: str, tmp_path: Path) -> None:
+    """A copy picks what its source picks: merge, a MetaSchedule export then import and a
+    pack carry the verdict (once, however often repeated); a bad verdict line is one error
+    naming it, and nothing is stored."""
+    from database.sharing import VERDICT_FILE, export_metaschedule, export_pack
+    from database.verdicts import Verdict
+    from database.verdicts import rows as verdicts_of
+
+    mod = matmul_mod()
+    a, b = _candidate(mod, 0, 2), _candidate(mod, 1, 4)
+    source = TuneFarmDatabase(Storage(f"sqlite:///{tmp_path / 'source.db'}"))
+    _commit(source, mod, a, [3e-6, 3e-6])
+    _commit(source, mod, b, [2e-6, 2e-6])  # B's median is lower; the re-timing kept A
+    h_a, h_b = (h for h, _, _ in sorted(source.top(mod, TARGET, 2), key=lambda t: -t[2].median))
+    source.add_verdict(mod, TARGET, Verdict(h_a, frozenset({h_a, h_b}), 5))
+
+    def picks_a(db: TuneFarmDatabase) -> bool:
+        return tvm_ffi.structural_equal(db.query_ir_module(mod, TARGET, "main"), a.mod)
+
+    def verdict_rows(storage: Storage) -> int:
+        return storage.run(lambda s: len(verdicts_of(s)), write=False)
+
+    assert picks_a(source)
+    merged = TuneFarmDatabase(Storage(any_url))
+    for _ in range(2):
+        merge(merged.storage, str(source.storage.url))
+    assert picks_a(merged) and verdict_rows(merged.storage) == 1
+    out = tmp_path / "ms"
+    export_metaschedule(source.storage, out)
+    (line,) = (out / VERDICT_FILE).read_text().splitlines()
+    assert json.loads(line)["winner"] == h_a
+    imported = TuneFarmDatabase(Storage(f"sqlite:///{tmp_path / 'imported.db'}"))
+    bad = {**json.loads(line), "winner": "f" * 32}  # a winner it did not compare
+    (out / VERDICT_FILE).write_text(json.dumps(bad) + "\n")
+    with pytest.raises(DatabaseError, match=rf"{VERDICT_FILE}:1: expected a verdict"):
+        import_metaschedule(imported.storage, out)
+    assert verdict_rows(imported.storage) == 0
+    (out / VERDICT_FILE).write_text(line + "\n")
+    import_metaschedule(imported.storage, out)
+    assert picks_a(imported) and verdict_rows(imported.storage) == 1
+    export_pack(source.storage, tmp_path / "pack.db")
+    pack = TuneFarmDatabase(Storage(f"sqlite:///{tmp_path / 'pack.db'}", create=False))
+    assert picks_a(pack) and verdict_rows(pack.storage) == 1
 
 
 def test_db_best_json_shows_the_evidence_per_kernel(sqlite_url: str) -> None:

@@ -93,6 +93,12 @@ def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _jobs(path: Path) -> dict[int, str]:
+    """The jobs of a SQLite database, id -> name (the tuned fixture may hold one or two)."""
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        return dict(conn.execute("SELECT id, name FROM jobs ORDER BY id").fetchall())
+
+
 @pytest.fixture(scope="module")
 def browse_db(dyn_tuned_db: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The symbolic-kernel model tuned at two buckets, plus a failed job named in HTML."""
@@ -109,21 +115,22 @@ def test_every_page_renders_its_data_escaped_and_leaves_the_database_as_it_was(
     browser: Any, browse_db: Path
 ) -> None:
     before = _sha(browse_db)
+    jobs = _jobs(browse_db)
+    (xss_job,) = (i for i, name in jobs.items() if name == XSS)
     with serve(f"sqlite:///{browse_db}") as base:
         tab = Page(browser, base)
         page = tab.open("/")
         rows = page.locator("#jobs tbody tr")
-        assert rows.count() == 2
-        assert (
-            page.locator("#jobs tbody tr", has_text="dyn").locator(".status").inner_text() == "done"
-        )
+        assert rows.count() == len(jobs)
+        first = page.locator("#jobs tbody tr", has=page.locator('a[href="/jobs/1"]'))
+        assert first.locator(".status").inner_text() == "done"
         # the HTML name is text: visible as written, no element made of it
         assert page.get_by_text(XSS, exact=True).first.is_visible()
         assert page.locator("img[src=x]").count() == 0
-        speedup = page.locator("#jobs tbody tr", has_text="dyn").locator("td").nth(7).inner_text()
+        speedup = first.locator("td").nth(7).inner_text()
         assert speedup.endswith("x") and float(speedup[:-1]) > 0
         page.wait_for_timeout(2500)  # one live refresh: the rows stay, still escaped
-        assert rows.count() == 2 and page.locator("img[src=x]").count() == 0
+        assert rows.count() == len(jobs) and page.locator("img[src=x]").count() == 0
         assert page.locator("#live").inner_text().startswith("live ·")
         tab.shot("jobs")
 
@@ -163,7 +170,7 @@ def test_every_page_renders_its_data_escaped_and_leaves_the_database_as_it_was(
 
         page = tab.open(f"/models/{XSS}")
         assert page.locator("img[src=x]").count() == 0
-        page = tab.open("/jobs/2")
+        page = tab.open(f"/jobs/{xss_job}")
         assert page.locator("p.error").inner_text() == XSS
         tab.close()
     assert _sha(browse_db) == before
@@ -175,6 +182,7 @@ def test_a_job_started_during_the_test_shows_running_then_done(
     path = tmp_path / "live.db"
     copy_sqlite(browse_db, path)
     url = f"sqlite:///{path}"
+    live = max(_jobs(path)) + 1  # the job this test starts
     with serve(url) as base:
         tab = Page(browser, base)
         page = tab.open("/")
@@ -196,7 +204,7 @@ def test_a_job_started_during_the_test_shows_running_then_done(
                 proc.kill()
                 proc.wait()
         assert row.locator("td").nth(4).inner_text() == "72 / 72"
-        page = tab.open("/compare?a=1&b=3")
+        page = tab.open(f"/compare?a=1&b={live}")
         assert page.locator("#ratios tbody tr").count() >= 4
         for axis in ("time", "trials"):
             assert page.locator(f"#chart-compare-{axis} svg path").count() == 2
@@ -209,10 +217,10 @@ def test_a_job_started_during_the_test_shows_running_then_done(
         tab = Page(browser, base)
         page = tab.open("/compare-db")
         page.locator("select[name=a]").select_option("1")
-        page.locator("select[name=b]").select_option("3")
+        page.locator("select[name=b]").select_option(str(live))
         page.get_by_role("button", name="Compare").click()
         page.wait_for_load_state("networkidle")
-        assert page.url.endswith("/compare-db?a=1&b=3")
+        assert page.url.endswith(f"/compare-db?a=1&b={live}")
         assert str(path) in page.locator("#sides").inner_text()
         assert page.locator("#ratios tbody tr").count() >= 4  # matched by hash and bucket
         for axis in ("time", "trials"):

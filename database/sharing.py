@@ -509,9 +509,11 @@ def _valid_records(conn: Any) -> list[tuple[int, ScheduleKey, list[float], Any]]
 
 def _schedule_ranks(
     records: list[tuple[int, ScheduleKey, list[float], Any]],
+    judged: dict[tuple[int, str], verdicts.Verdict],
 ) -> dict[ScheduleKey, int]:
-    """Each schedule's rank (1 = the best by its evidence, :mod:`database.evidence`) per
-    (workload, target, device)."""
+    """Each schedule's rank (1 = the best by its evidence, :mod:`database.evidence`, with
+    the re-timing's verdict ``judged`` applied as the build applies it) per (workload,
+    target, device)."""
     runs: dict[ScheduleKey, list[tuple[int, list[float]]]] = {}
     for rid, key, secs, _created in records:
         runs.setdefault(key, []).append((rid, secs))
@@ -519,8 +521,16 @@ def _schedule_ranks(
     for key, pooled in runs.items():
         parts.setdefault(key[:3], []).append((evidence.Evidence.pool(pooled).key(), key))
     ranks: dict[ScheduleKey, int] = {}
-    for items in parts.values():
-        for rank, (_, key) in enumerate(sorted(items), 1):
+    for (wid, tkey, _device), items in parts.items():
+        order = [key for _, key in sorted(items)]
+        verdict = judged.get((wid, tkey))
+        if (
+            verdict is not None
+            and order[0][3] != verdict.winner
+            and order[0][3] in verdict.compared
+        ):
+            order.sort(key=lambda k: k[3] != verdict.winner)  # stable: the winner first
+        for rank, key in enumerate(order, 1):
             ranks[key] = rank
     return ranks
 
@@ -574,7 +584,7 @@ def prune(
         old_ids: list[int] = []
         if keep_top is not None or older_than_days is not None:
             records = _valid_records(session.connection())
-            ranks = _schedule_ranks(records)
+            ranks = _schedule_ranks(records, verdicts.newest(session.connection()))
             cutoff = naive_utc(utcnow() - dt.timedelta(days=older_than_days or 0))
             for rid, key, _secs, created in records:
                 if ranks[key] == 1:

@@ -186,7 +186,7 @@ def test_the_build_follows_the_retimings_verdict_among_what_it_compared(any_url:
 def test_verdicts_travel_with_their_records(any_url: str, tmp_path: Path) -> None:
     """A copy picks what its source picks: merge, a MetaSchedule export then import and a
     pack carry the verdict (once, however often repeated); a bad verdict line is one error
-    naming it, and nothing is stored."""
+    naming it, and nothing is stored. ``prune --keep-top`` keeps the verdict's winner."""
     from database.sharing import VERDICT_FILE, export_metaschedule, export_pack
     from database.verdicts import Verdict
     from database.verdicts import rows as verdicts_of
@@ -226,6 +226,9 @@ def test_verdicts_travel_with_their_records(any_url: str, tmp_path: Path) -> Non
     export_pack(source.storage, tmp_path / "pack.db")
     pack = TuneFarmDatabase(Storage(f"sqlite:///{tmp_path / 'pack.db'}", create=False))
     assert picks_a(pack) and verdict_rows(pack.storage) == 1
+    # prune --keep-top 1 keeps what the build picks: the winner, not the lower median
+    assert prune(merged.storage, keep_top=1).beyond_top == 1
+    assert picks_a(merged)
 
 
 def test_db_best_json_shows_the_evidence_per_kernel(sqlite_url: str) -> None:

@@ -302,8 +302,10 @@ def dyn_tuned_db(tmp_path_factory: pytest.TempPathFactory, llvm_target: tvm.targ
 def _searched_bests(url: str, target: tvm.target.Target) -> int:
     """Make each workload's fastest searched schedule its best where the untuned default
     schedule is: a record of it with run times below every time of the workload (test data,
-    enough samples to carry its pooled median). Returns how many workloads it changed."""
+    enough samples to carry its pooled median) and a verdict naming it over the default (the
+    job's re-timing may have kept the default). Returns how many workloads it changed."""
     from database import Storage, TuneFarmDatabase, shash_of
+    from database.verdicts import Verdict
     from tests.records import commit
     from tuner.symbolic.rangekernel import is_default
     from workers.fingerprint import local_device_for
@@ -317,10 +319,15 @@ def _searched_bests(url: str, target: tvm.target.Target) -> int:
         if best is None or not is_default(best[0].trace):
             continue
         ranked = db.top(mod, target, 1000)
-        searched = next((r for _, r, _ in ranked if not is_default(r.trace)), None)
-        if searched is None:
+        found = next(((h, r) for h, r, _ in ranked if not is_default(r.trace)), None)
+        if found is None:
             continue
+        (searched_hash, searched) = found
+        default_hash = next(h for h, r, _ in ranked if is_default(r.trace))
         low = 0.2 * min(s for _, _, ev in ranked for s in ev.secs)
         commit(db, mod, searched.trace, [low] * (len(searched.run_secs) + 1), device)
+        # and the job's re-timing, which may have kept the default over it, decides again
+        verdict = Verdict(searched_hash, frozenset({searched_hash, default_hash}), rounds=1)
+        db.add_verdict(mod, target, verdict)
         changed += 1
     return changed

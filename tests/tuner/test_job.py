@@ -226,7 +226,9 @@ def test_time_budget_ends_the_search(sqlite_url, llvm_target, search: str) -> No
     with RayConnection(num_cpus=2):
         summary = tune(TwoKernels, llvm_target, Storage(sqlite_url), config, model_name="two")
     assert summary.stopped_by == "time_budget"
-    assert 2 < summary.trials_measured < 4000  # the defaults and some searched candidates
+    # the defaults and whatever the search measured by the deadline (none when other work
+    # holds the cores: beside two CPU hogs the thread search measured nothing in 40 s)
+    assert 2 <= summary.trials_measured < 4000
     assert summary.wall_sec < budget + 30.0  # the round in flight and the range probes only
     assert summary.search["cut_by_time"] >= 0  # rounds cut to what ends before the deadline
     storage = Storage(sqlite_url, create=False)

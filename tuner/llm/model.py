@@ -64,10 +64,7 @@ class _Attention(nn.Module):
             q, k = _rotate(q, *rope), _rotate(k, *rope)
         k = op.concat([past[0], k], dim=1)
         v = op.concat([past[1], v], dim=1)
-        kk, vv = k, v
-        if kv != h:
-            kk, vv = op.repeat(k, h // kv, axis=2), op.repeat(v, h // kv, axis=2)
-        out = _attention(q, kk, vv, positions, scale=1.0 / math.sqrt(d))
+        out = _attention(q, k, v, positions, scale=1.0 / math.sqrt(d))
         out = op.reshape(out, (b, n, h * d))
         proj = self.c_proj if cfg.family == "gpt2" else self.o_proj
         return proj(out), k, v
@@ -76,18 +73,31 @@ class _Attention(nn.Module):
 def _attention(
     q: nn.Tensor, k: nn.Tensor, v: nn.Tensor, positions: nn.Tensor, scale: float
 ) -> nn.Tensor:
-    """Causal softmax attention on ``[1, len, heads, head_dim]`` tensors: the query at
-    ``positions[i]`` sees the keys at ``0..positions[i]`` (cache first, then the new tokens)."""
-    qt = op.permute_dims(q, [0, 2, 1, 3])
-    kt = op.permute_dims(k, [0, 2, 3, 1])
-    scores = op.matmul(qt, kt)
+    """Causal softmax attention: ``q`` is ``[1, len, heads, head_dim]``, ``k`` and ``v``
+    ``[1, keys, kv_heads, head_dim]`` (cache first, then the new tokens); the query at
+    ``positions[i]`` sees the keys at ``0..positions[i]``.
+
+    Grouped-query attention without copying the keys: the ``heads // kv_heads`` query heads
+    that share a key head are rows of one matrix product (row ``i * group + j`` is query ``i``
+    of the group's head ``j``), so each key and value is read once per group, not repeated
+    per head (at batch 1 a decode step is memory-bound: the cache is what it reads)."""
+    b, n, h, d = q.shape
+    kv, length = k.shape[2], k.shape[1]
+    group = h // kv
+    rows = n * group
+    qg = op.reshape(op.permute_dims(op.reshape(q, (b, n, kv, group, d)), [0, 2, 1, 3, 4]),
+                    (b, kv, rows, d))  # fmt: skip
+    scores = op.matmul(qg, op.permute_dims(k, [0, 2, 3, 1]))  # [1, kv, rows, keys]
     # -1e30 where a key lies after the query; relax ops only, so binding lengths keeps FuseTIR whole
-    keys = op.arange(0, k.shape[1], dtype="int32")
-    after = op.greater(op.reshape(keys, [1, k.shape[1]]), op.reshape(positions, [q.shape[1], 1]))
+    keys = op.reshape(op.arange(0, length, dtype="int32"), [1, length])
+    where = positions if group == 1 else op.repeat(positions, group, axis=0)
+    after = op.greater(keys, op.reshape(where, [rows, 1]))
     scores = op.add(scores, op.multiply(op.astype(after, "float32"), _const(-1e30)))
     scores = op.multiply(scores, _const(scale))
     probs = op.softmax(scores, axis=-1)
-    return op.permute_dims(op.matmul(probs, op.permute_dims(v, [0, 2, 1, 3])), [0, 2, 1, 3])
+    out = op.matmul(probs, op.permute_dims(v, [0, 2, 1, 3]))  # [1, kv, rows, head_dim]
+    out = op.permute_dims(op.reshape(out, (b, kv, n, group, d)), [0, 2, 1, 3, 4])
+    return op.reshape(out, (b, n, h, d))
 
 
 def _const(value: float) -> nn.Tensor:

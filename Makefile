@@ -51,7 +51,7 @@ demo-frontends: $(STAMP)
 demo-llm: $(STAMP)  ## a small random-init decoder: tuned per bucket, built, generating
 	mkdir -p out
 	$(BIN)/python examples/make_tiny_decoder.py out/tiny-llama --arch llama
-	$(BIN)/tunefarm tune out/tiny-llama --shape prompt=1,16 --shape context=64,256 --trials 64 --db $(DEMO_DB) --seed 0
+	$(BIN)/tunefarm tune out/tiny-llama --shape prompt=1,16 --shape context=64,256 --trials 256 --db $(DEMO_DB) --seed 0
 	$(BIN)/tunefarm build out/tiny-llama --db $(DEMO_DB) -o out/tiny-llama.so
 	$(BIN)/tunefarm generate out/tiny-llama --lib out/tiny-llama.so --prompt-ids 1,2,3,4,5,6,7,8 --max-new-tokens 32 --json
 

@@ -3,7 +3,7 @@
 eager, torch.compile and the memory-bandwidth bound), once per thread count, each run timing
 every variant side by side in interleaved rounds.
 
-Usage: ``python -m benchmarks decoder [--trials 64] [--threads 1 2] [--arch llama]
+Usage: ``python -m benchmarks decoder [--trials 256] [--threads 1 2] [--arch llama]
 [--name decoder]`` (the results file: ``<date>-<host>-<name>.json``).
 """
 
@@ -33,7 +33,7 @@ def _run(cmd: list[str], env: dict[str, str] | None = None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=64)
+    parser.add_argument("--trials", type=int, default=256)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--arch", default="llama")
     parser.add_argument("--name", default="decoder", help="the results file's suffix")

@@ -189,7 +189,7 @@ def benchmark_and_command(name: str, data: dict[str, Any]) -> tuple[str, str]:
         return "tunefarm tune (Hugging Face)", f"{cmd} --trials {trials} --json"
     if "-decoder" in name:
         cmd = "python -m benchmarks decoder"
-        if data.get("trials", 64) != 64:
+        if data.get("trials", 256) != 256:  # the benchmark's default
             cmd += f" --trials {data['trials']}"
         if data.get("threads") not in (None, [1, 2]):
             cmd += " --threads " + " ".join(str(t) for t in data["threads"])

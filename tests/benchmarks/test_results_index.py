@@ -107,11 +107,14 @@ def test_host_cpu_and_commands_from_the_fingerprints() -> None:
 
 
 def test_decoder_command_reads_trials_threads_and_name() -> None:
-    name = "2026-12-05-vm-decoder-256.json"
-    data = {"trials": 256, "threads": [1]}
+    name = "2026-12-05-vm-decoder-64.json"
+    data = {"trials": 64, "threads": [1]}
     assert benchmark_and_command(name, data) == (
         "decoder bench",
-        "python -m benchmarks decoder --trials 256 --threads 1 --name decoder-256",
+        "python -m benchmarks decoder --trials 64 --threads 1 --name decoder-64",
+    )
+    assert benchmark_and_command(name, {"trials": 256, "threads": [1, 2]})[1] == (
+        "python -m benchmarks decoder --name decoder-64"  # the defaults
     )
     assert benchmark_and_command("2026-12-05-vm-decoder.json", {}) == (
         "decoder bench",

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import statistics
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -94,13 +95,18 @@ def retime(
     job_id: int | None,
     top: int,
     rounds: int,
+    deadline: float | None = None,
 ) -> list[Retimed]:
     """Re-time each task's ``top`` schedules paired for ``rounds`` rounds and record every
-    timed run; tasks with fewer than two schedules are left alone."""
+    timed run; tasks with fewer than two schedules are left alone. ``deadline`` (a
+    :func:`time.perf_counter` time, the job's time budget): no task's pass starts after it."""
     out = []
     for task in tasks:
         compared: set[str] = set()
         for _ in range(PASSES):
+            if deadline is not None and time.perf_counter() >= deadline:
+                log.info("re-timing stopped at the time budget after %d passes", len(out))
+                return out
             found = db.top(task.mod, target, top)
             if len(found) < 2 or found[0][0] in compared:
                 break  # the build's pick was re-timed

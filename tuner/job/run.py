@@ -358,6 +358,11 @@ class _Job:
         builder, runner, storage = self.builder, self.runner, self.db.storage
         start = time.perf_counter()
         waits = (builder.wait_sec, runner.wait_sec, storage.busy_sec)
+        # a time budget is a hard cap: no re-timing once it ended the search (its last round
+        # was fitted to the deadline), and none starts past the deadline
+        budget = config.time_budget_sec
+        if self.budget.closed_by == "time":
+            budget = 0.0
         done = retime_tasks(
             self.found.tasks,
             self.target,
@@ -367,6 +372,7 @@ class _Job:
             self.job_id,
             config.retime,
             config.retime_rounds,
+            deadline=None if budget is None else self.start + budget,
         )
         after = (builder.wait_sec, runner.wait_sec, storage.busy_sec)
         self.retime_waits = (after[0] - waits[0], after[1] - waits[1], after[2] - waits[2])
@@ -374,6 +380,9 @@ class _Job:
         self.search_info["retime"] = {
             "sec": round(self.retime_sec, 3),
             "tasks": len(done),
+            # whether the time budget's deadline stopped it (tasks not reached keep the
+            # pooled median's pick)
+            "cut_by_time": budget is not None and time.perf_counter() >= self.start + budget,
             "promoted": sum(1 for r in done if r.winner != 0),
             # tasks whose build pick (the lowest pooled median) is not the rule's winner
             # after their last pass: a challenger the paired rounds could not tell apart

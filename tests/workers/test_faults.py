@@ -228,8 +228,10 @@ def test_failing_runner_is_quarantined_and_nothing_is_lost(
     policy = FaultPolicy(max_attempts=3, quarantine_after=strikes, startup_timeout_s=60)
     slots = [_bad("bad", fault), _good()]
     with RunnerPool(slots, config, policy, max_batch=max_batch) as pool:
-        # enough work (24 x 0.25 s) that the good slot cannot serve it all before the bad one,
-        # slow to start on a loaded machine (seconds beside two CPU hogs), has had its tries
+        # both actors up before any work (beside two CPU hogs the bad one took seconds to
+        # start, and the good one served every candidate before it had had its tries)
+        pool.warm_up()
+        local_ray.get([slot.warming for slot in pool.slots], timeout=120)
         results, futures = _run_all(pool, 24, sleep=0.25)
         stats = {row["slot"]: row for row in pool.stats()}
         # the quarantine is visible cluster-wide (`tunefarm workers`) through a marker actor

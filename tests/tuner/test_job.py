@@ -234,7 +234,9 @@ def test_time_budget_ends_the_search(sqlite_url, llvm_target, search: str) -> No
     # on after it and the job overran its budget); absent when the search measured nothing
     retimed = summary.search.get("retime")
     assert retimed is None or (retimed["cut_by_time"] and retimed["runs"] == 0)
-    assert summary.search["cut_by_time"] >= 0  # rounds cut to what ends before the deadline
+    # rounds cut to what ends before the deadline; no search at all when the defaults'
+    # measurement took the whole budget (beside two CPU hogs), and then only they were measured
+    assert summary.search.get("cut_by_time", -1) >= 0 or summary.trials_measured == 2
     storage = Storage(sqlite_url, create=False)
     assert stats(storage)["schedules"] == summary.trials_measured  # nothing lost
     from database.models import JobRow

@@ -81,7 +81,10 @@ def test_the_top_schedules_are_retimed_on_the_runner_and_every_run_is_pooled(
     runs = {h: after[h].runs - 1 for h in ranked}  # the re-timing's records of each
     for h in ranked:  # every timed run a record of its schedule, pooled
         timed = (h in first.candidates) + (h in second.candidates)
-        assert runs[h] == 4 * timed and after[h].samples == 1 + 2 * runs[h]
+        assert runs[h] == 4 * timed
+        # repeat=2: two times a run, or one where a first run outlasted both repeats' minimum
+        # (beside two CPU hogs)
+        assert 1 + runs[h] <= after[h].samples <= 1 + 2 * runs[h]
     assert second.pick in set(first.candidates) | set(second.candidates)
     assert second.pick == db.top(task.mod, llvm_target, 1)[0][0]
     # the verdict is stored and the build follows it: its pick is the rule's winner

@@ -230,8 +230,8 @@ def test_time_budget_ends_the_search(sqlite_url, llvm_target, search: str) -> No
     # holds the cores: beside two CPU hogs the thread search measured nothing in 40 s)
     assert 2 <= summary.trials_measured < 4000
     assert summary.wall_sec < budget + 30.0  # the round in flight and the range probes only
-    # the end-of-job re-timing starts no task past the deadline (beside two CPU hogs it ran
-    # on after it and the job overran its budget); absent when the search measured nothing
+    # the end-of-job re-timing starts no task past the deadline (it used to run after it);
+    # absent when the search measured nothing
     retimed = summary.search.get("retime")
     assert retimed is None or (retimed["cut_by_time"] and retimed["runs"] == 0)
     # rounds cut to what ends before the deadline; no search at all when the defaults'

@@ -358,11 +358,12 @@ class _Job:
         builder, runner, storage = self.builder, self.runner, self.db.storage
         start = time.perf_counter()
         waits = (builder.wait_sec, runner.wait_sec, storage.busy_sec)
-        # a time budget is a hard cap: no re-timing once it ended the search (its last round
-        # was fitted to the deadline), and none starts past the deadline
-        budget = config.time_budget_sec
-        if self.budget.closed_by == "time":
-            budget = 0.0
+        # a time budget is a hard cap: none starts past its deadline, and a search the deadline
+        # ended leaves no time (its last round was fitted to the deadline)
+        deadline = None
+        if config.time_budget_sec is not None:
+            ended = self.budget.closed_by == "time"
+            deadline = start if ended else self.start + config.time_budget_sec
         done = retime_tasks(
             self.found.tasks,
             self.target,
@@ -372,7 +373,7 @@ class _Job:
             self.job_id,
             config.retime,
             config.retime_rounds,
-            deadline=None if budget is None else self.start + budget,
+            deadline=deadline,
         )
         after = (builder.wait_sec, runner.wait_sec, storage.busy_sec)
         self.retime_waits = (after[0] - waits[0], after[1] - waits[1], after[2] - waits[2])
@@ -382,7 +383,7 @@ class _Job:
             "tasks": len(done),
             # whether the time budget's deadline stopped it (tasks not reached keep the
             # pooled median's pick)
-            "cut_by_time": budget is not None and time.perf_counter() >= self.start + budget,
+            "cut_by_time": deadline is not None and time.perf_counter() >= deadline,
             "promoted": sum(1 for r in done if r.winner != 0),
             # tasks whose build pick (the lowest pooled median) is not the rule's winner
             # after their last pass: a challenger the paired rounds could not tell apart

@@ -72,9 +72,22 @@ def tune(
     db = TuneFarmDatabase(storage, target, seeds=16 if config.transfer else 0)
     db_busy_at_start = storage.busy_sec
     found = job_tasks(mod, target, db, buckets)
-    job = _Job.open(found, db, target, config, model_name, start, db_busy_at_start)
-    # the first Ctrl-C from here on stops the job where it is and records it interrupted
-    with stop_on_sigint(job.ask_stop):
+    job: _Job | None = None
+    asked = False
+
+    def ask_stop() -> None:
+        nonlocal asked
+        asked = True
+        if job is not None:
+            job.ask_stop()
+
+    # the first Ctrl-C from here on stops the job where it is and records it interrupted:
+    # the handler is in place before the job's row exists (a Ctrl-C between the two was
+    # Python's KeyboardInterrupt, or nothing where the shell ignored SIGINT: the job ran on)
+    with stop_on_sigint(ask_stop):
+        job = _Job.open(found, db, target, config, model_name, start, db_busy_at_start)
+        if asked:
+            job.ask_stop()
         try:
             with RayConnection(address):
                 job.start_workers()

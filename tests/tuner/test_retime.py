@@ -71,7 +71,7 @@ def test_the_top_schedules_are_retimed_on_the_runner_and_every_run_is_pooled(
         builder = RayBuilder(ledger, measure, db)
         runner = RayRunner(ledger, measure, "cpu", exclusive=True)
         try:
-            first, second = retime([task], llvm_target, builder, runner, db, None, 3, 4)
+            first, second = retime([task], llvm_target, builder, runner, db, None, 3, 4).passes
         finally:
             runner.shutdown()
     assert first.candidates == tuple(ranked[:3]) and first.rounds == 4

@@ -86,6 +86,15 @@ def winner(rounds: Sequence[Sequence[float]]) -> tuple[int, list[float | None]]:
     return best, ratios
 
 
+@dataclass(frozen=True)
+class Retiming:
+    """A job's re-timing: each pass (a task may have several) and whether the time budget's
+    deadline stopped it before a pass (the tasks not reached keep the pooled median's pick)."""
+
+    passes: list[Retimed]
+    cut_by_time: bool = False
+
+
 def retime(
     tasks: Sequence[Task],
     target: tvm.target.Target,
@@ -96,7 +105,7 @@ def retime(
     top: int,
     rounds: int,
     deadline: float | None = None,
-) -> list[Retimed]:
+) -> Retiming:
     """Re-time each task's ``top`` schedules paired for ``rounds`` rounds and record every
     timed run; tasks with fewer than two schedules are left alone. ``deadline`` (a
     :func:`time.perf_counter` time, the job's time budget): no task's pass starts after it."""
@@ -106,7 +115,7 @@ def retime(
         for _ in range(PASSES):
             if deadline is not None and time.perf_counter() >= deadline:
                 log.info("re-timing stopped at the time budget after %d passes", len(out))
-                return out
+                return Retiming(out, cut_by_time=True)
             found = db.top(task.mod, target, top)
             if len(found) < 2 or found[0][0] in compared:
                 break  # the build's pick was re-timed
@@ -123,7 +132,7 @@ def retime(
             out.append(replace(done, pick=pick[0][0] if pick else None))
             if not done.rounds:
                 break
-    return out
+    return Retiming(out)
 
 
 def _retime_task(

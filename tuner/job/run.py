@@ -377,7 +377,7 @@ class _Job:
         if config.time_budget_sec is not None:
             ended = self.budget.closed_by == "time"
             deadline = start if ended else self.start + config.time_budget_sec
-        done = retime_tasks(
+        retiming = retime_tasks(
             self.found.tasks,
             self.target,
             builder,
@@ -388,15 +388,16 @@ class _Job:
             config.retime_rounds,
             deadline=deadline,
         )
+        done = retiming.passes
         after = (builder.wait_sec, runner.wait_sec, storage.busy_sec)
         self.retime_waits = (after[0] - waits[0], after[1] - waits[1], after[2] - waits[2])
         self.retime_sec = time.perf_counter() - start
         self.search_info["retime"] = {
             "sec": round(self.retime_sec, 3),
             "tasks": len(done),
-            # whether the time budget's deadline stopped it (tasks not reached keep the
-            # pooled median's pick)
-            "cut_by_time": deadline is not None and time.perf_counter() >= deadline,
+            # whether the time budget's deadline stopped it before a pass (tasks not reached
+            # keep the pooled median's pick)
+            "cut_by_time": retiming.cut_by_time,
             "promoted": sum(1 for r in done if r.winner != 0),
             # tasks whose build pick (the lowest pooled median) is not the rule's winner
             # after their last pass: a challenger the paired rounds could not tell apart

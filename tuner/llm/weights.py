@@ -13,6 +13,18 @@ from tuner.llm.config import DecoderConfig
 from tuner.llm.model import rope_tables
 
 GPT2_CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+LOOKUP_TABLES = ("embed_tokens.weight", "wte.weight", "wpe.weight")
+
+
+def _in_out(name: str, value: np.ndarray, cfg: DecoderConfig) -> np.ndarray:
+    """A weight in the model's layout: ``nn.Linear`` weights (``[out, in]``, the tied head
+    included) transposed to ``[in, out]``; embeddings, GPT-2's ``Conv1D`` (``[in, out]``
+    already) and vectors as stored."""
+    if value.ndim != 2 or name.endswith(LOOKUP_TABLES):
+        return value
+    if cfg.family == "gpt2" and name.endswith(GPT2_CONV1D):
+        return value
+    return value.T
 
 
 def _safetensors_files(folder: Path) -> list[Path]:
@@ -39,7 +51,7 @@ def read_state_dict(folder: Path) -> dict[str, np.ndarray]:
 
 
 def load_params(folder: Path, cfg: DecoderConfig, names: list[str]) -> list[np.ndarray]:
-    """The arrays for parameters ``names``: Hugging Face names, GPT-2 ``Conv1D`` transposed,
+    """The arrays for parameters ``names``: Hugging Face names, linear weights ``[in, out]``,
     tied heads from the embedding, rotary tables computed."""
     state = read_state_dict(folder)
     cos, sin = rope_tables(cfg)
@@ -50,14 +62,13 @@ def load_params(folder: Path, cfg: DecoderConfig, names: list[str]) -> list[np.n
             value = cos
         elif name.endswith("rope_sin"):
             value = sin
-        elif name == "lm_head.weight" and name not in state:
-            value = state.get(embed)
         else:
-            value = state.get(name)
+            tied = name == "lm_head.weight" and name not in state
+            value = state.get(embed if tied else name)
             if value is None and cfg.family == "gpt2":
                 value = state.get(name.removeprefix("transformer."))
-            if value is not None and cfg.family == "gpt2" and name.endswith(GPT2_CONV1D):
-                value = value.T
+            if value is not None:
+                value = _in_out(name, value, cfg)
         if value is None:
             raise TuneFarmError(f"{folder}: weight {name} missing from model.safetensors")
         params.append(np.ascontiguousarray(value, dtype=np.float32))

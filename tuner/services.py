@@ -324,7 +324,8 @@ def bench_decoder_folder(
     """Bench a decoder folder (:func:`tuner.llm.bench.bench_decoder`): ``--shape prompt=...``
     the prefill lengths, ``--shape context=...`` the decode contexts (defaults
     :data:`~tuner.llm.bench.PROMPTS` and :data:`~tuner.llm.bench.CONTEXTS` within the
-    model's positions); ``--runtimes none`` leaves torch.compile out."""
+    model's positions); ``--runtimes`` picks among torch.compile and the untuned build (both
+    by default; ``none``: neither)."""
     from database import TuneFarmDatabase
     from tuner.llm.bench import CONTEXTS, DECODE_STEPS, PROMPTS, bench_decoder
     from tuner.llm.config import DecoderConfig
@@ -336,9 +337,14 @@ def bench_decoder_folder(
         raise TuneFarmError(
             f"--shape on a decoder names prompt and context, not {', '.join(unknown)}"
         )
-    names = parse_runtimes(runtimes)
-    if names is not None and set(names) - {"torch.compile"}:
-        raise TuneFarmError("--runtimes on a decoder: torch.compile or none")
+    names = None
+    if runtimes is not None:
+        names = [n.strip() for n in runtimes.split(",") if n.strip() and n.strip() != "none"]
+        if set(names) - {"torch.compile", "untuned"}:
+            raise TuneFarmError(
+                "--runtimes on a decoder: torch.compile, untuned (the build without the "
+                "database), both, or none"
+            )
     cfg = DecoderConfig.from_folder(source.path)
     if lib is not None and not lib.is_file():
         raise TuneFarmError(f"library not found: {lib} (build it with tunefarm build)")
@@ -354,6 +360,7 @@ def bench_decoder_folder(
         prompts=prompts,
         contexts=contexts,
         compiled=names is None or "torch.compile" in names,
+        untuned=names is None or "untuned" in names,
     )
 
 

@@ -385,22 +385,26 @@ def _row(
 
 
 # ------------------------------------------------------------------------ bench
-def _library(folder: Path, lib: Path | None, db: Any, target: Any, tmp: str) -> tuple:
-    """(tuned library, untuned library, tuned share): ``lib`` as the tuned build, or one
-    compiled from ``db``; the untuned build compiled without a database."""
+def _library(
+    folder: Path, lib: Path | None, db: Any, target: Any, tmp: str, untuned: bool
+) -> tuple:
+    """(tuned library, untuned library or None, tuned share): ``lib`` as the tuned build, or
+    one compiled from ``db``; the untuned build (with ``untuned``) compiled without one."""
     from tuner.compile import compile
     from tuner.llm.runtime import decoder_module
 
     _, mod, _ = decoder_module(folder)
-    untuned = Path(tmp) / "untuned.so"
-    compile(mod, target, None)[0].export_library(str(untuned))
+    untuned_lib = None
+    if untuned:
+        untuned_lib = Path(tmp) / "untuned.so"
+        compile(mod, target, None)[0].export_library(str(untuned_lib))
     share = None
     if lib is None:
         lib = Path(tmp) / "tuned.so"
         ex, report = compile(mod, target, db)
         ex.export_library(str(lib))
         share = report.tuned_share
-    return lib, untuned, share
+    return lib, untuned_lib, share
 
 
 def bench_decoder(
@@ -412,13 +416,15 @@ def bench_decoder(
     prompts: Sequence[int] = PROMPTS,
     contexts: Sequence[int] = CONTEXTS,
     compiled: bool = True,
+    untuned: bool = True,
     decode_steps: int = DECODE_STEPS,
     rounds: int = 5,
     min_sample_ms: float = 20.0,
     bandwidth: float | None = None,
 ) -> DecoderBenchReport:
     """Bench the decoder in ``folder``: the tuned build (``lib``, else compiled from ``db``),
-    the untuned build, PyTorch eager and (with ``compiled``) ``torch.compile`` at each prompt
+    the untuned build (with ``untuned``), PyTorch eager and (with ``compiled``) ``torch.compile``
+    at each prompt
     length (prefill) and context length (``decode_steps`` decode steps after that many
     cached tokens, per step); ``bandwidth`` (bytes/s) measured with :func:`triad_bandwidth`
     when not given."""
@@ -454,12 +460,11 @@ def bench_decoder(
     rng = np.random.default_rng(0)
     errors: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="tunefarm-bench-") as tmp:
-        tuned_lib, untuned_lib, share = _library(folder, lib, db, target, tmp)
-        variants: dict[str, Any] = {
-            TUNED: _TvmVariant(DecoderSession(folder, tuned_lib)),
-            UNTUNED: _TvmVariant(DecoderSession(folder, untuned_lib)),
-            EAGER: _TorchVariant(model),
-        }
+        tuned_lib, untuned_lib, share = _library(folder, lib, db, target, tmp, untuned)
+        variants: dict[str, Any] = {TUNED: _TvmVariant(DecoderSession(folder, tuned_lib))}
+        if untuned_lib is not None:
+            variants[UNTUNED] = _TvmVariant(DecoderSession(folder, untuned_lib))
+        variants[EAGER] = _TorchVariant(model)
     if compiled:
         try:
             variants[COMPILED] = _TorchVariant(model, static_len=max(lengths))

@@ -80,6 +80,7 @@ def test_bench_decoder_rows_checks_and_bound(tmp_path: Path) -> None:
          "--shape", "context=8", "--runtimes", "none"],
     )  # fmt: skip
     assert table.exit_code == 0, table.output
+    assert "untuned" not in table.output  # --runtimes none: tuned and eager only
     assert "prefill" in table.output and "memory bandwidth" in table.output
     assert "all close, same argmax" in table.output
 
@@ -97,7 +98,7 @@ def test_bench_decoder_flags_a_library_built_for_another_config(tmp_path: Path) 
     result = runner.invoke(
         app,
         ["bench", str(tmp_path / "m"), "--lib", str(lib), "--shape", "prompt=4",
-         "--shape", "context=8", "--runtimes", "none", "--json"],
+         "--shape", "context=8", "--runtimes", "untuned", "--json"],
     )  # fmt: skip
     assert result.exit_code == 2, result.output
     data = _json(result.output)
@@ -137,7 +138,7 @@ def test_bench_decoder_rejects_bad_options_in_one_line(tmp_path: Path) -> None:
     (tmp_path / "m.so").write_bytes(b"")
     cases = {
         ("--shape", "batch=2"): "names prompt and context",
-        ("--runtimes", "onnxruntime"): "torch.compile or none",
+        ("--runtimes", "onnxruntime"): "torch.compile, untuned",
         ("--shape", "context=250"): "contexts in",
         ("--kernels",): "runs locally",
     }

@@ -5,6 +5,11 @@ every variant side by side in interleaved rounds.
 
 Usage: ``python -m benchmarks decoder [--trials 256] [--threads 1 2] [--arch llama]
 [--name decoder]`` (the results file: ``<date>-<host>-<name>.json``).
+
+``--preset qwen2-0.5b``: the issue's target size instead (a random-init Qwen2-0.5B shape, 2 GB
+of float32), tuned at ``prompt=1,64 x context=64,256,1024`` within ``--time-budget``, benched
+at prompts 64, 256 and contexts 64, 256, 1008 against eager and torch.compile (the untuned
+build, seconds per token at this size, left out).
 """
 
 from __future__ import annotations
@@ -37,26 +42,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--arch", default="llama")
     parser.add_argument("--name", default="decoder", help="the results file's suffix")
+    parser.add_argument("--preset", choices=("qwen2-0.5b",), help="a published model's shape")
+    parser.add_argument("--time-budget", default="40m", help="with --preset: the tune's budget")
     args = parser.parse_args(argv)
     py, tunefarm = sys.executable, str(BIN / "tunefarm")
     runs: list[dict[str, Any]] = []
+    if args.preset:
+        tune_args = ["--shape", "prompt=1,64", "--shape", "context=64,256,1024",
+                     "--trials", str(args.trials), "--time-budget", args.time_budget]  # fmt: skip
+        bench_args = ["--shape", "prompt=64,256", "--shape", "context=64,256,1008",
+                      "--runtimes", "torch.compile"]  # fmt: skip
+        model = f"examples/make_tiny_decoder.py --preset {args.preset}"
+    else:
+        tune_args = ["--shape", "prompt=1,16", "--shape", "context=64,256",
+                     "--trials", str(args.trials)]  # fmt: skip
+        bench_args = []
+        model = f"examples/make_tiny_decoder.py --arch {args.arch} (hidden 128, 2 layers)"
     with tempfile.TemporaryDirectory(prefix="tunefarm-decoder-") as tmp:
         folder, lib, db = f"{tmp}/tiny-{args.arch}", f"{tmp}/model.so", f"sqlite:///{tmp}/t.db"
-        _run([py, "examples/make_tiny_decoder.py", folder, "--arch", args.arch])
-        _run([tunefarm, "tune", folder, "--shape", "prompt=1,16", "--shape", "context=64,256",
-              "--trials", str(args.trials), "--db", db, "--seed", "0"])  # fmt: skip
+        make = ["--preset", args.preset] if args.preset else ["--arch", args.arch]
+        _run([py, "examples/make_tiny_decoder.py", folder, *make])
+        _run([tunefarm, "tune", folder, *tune_args, "--db", db, "--seed", "0"])
         _run([tunefarm, "build", folder, "--db", db, "-o", lib])
         for threads in args.threads:
             env = {**os.environ, "TVM_NUM_THREADS": str(threads)}
-            out = _run([tunefarm, "bench", folder, "--lib", lib, "--json"], env)
+            out = _run([tunefarm, "bench", folder, "--lib", lib, *bench_args, "--json"], env)
             runs.append(json.loads(out[out.index("{") :]))
             print(f"threads {threads}: {json.dumps(runs[-1]['decode'][0]['vs_tuned'])}")
     result = {
         "benchmark": "decoder",
         "machine": machine_header(),
-        "model": f"examples/make_tiny_decoder.py --arch {args.arch} (hidden 128, 2 layers, "
-        "vocab 256)",
-        "tune": f"--shape prompt=1,16 --shape context=64,256 --trials {args.trials} --seed 0",
+        "model": model,
+        "tune": " ".join([*tune_args, "--seed", "0"]),
+        "bench": " ".join(bench_args),
         "trials": args.trials,
         "threads": args.threads,
         "load_average": os.getloadavg(),

@@ -218,15 +218,15 @@ class _TvmVariant:
 
     def prefill(self, ids: list[int]) -> Work | None:
         empty = self.s.empty_cache()
-        return Work(lambda: [self.s.step(ids, *empty)[0]], _nothing, 1)
+        return Work(lambda: [self.s.step(ids, empty)[0]], _nothing, 1)
 
     def decode(self, context: list[int], tokens: list[int]) -> Work:
-        _, k0, v0 = self.s.step(context, *self.s.empty_cache())
+        _, cache0 = self.s.step(context, self.s.empty_cache())
 
         def run() -> list[np.ndarray]:
-            out, k, v = [], k0, v0
+            out, cache = [], cache0
             for t in tokens:
-                logits, k, v = self.s.step([t], k, v)
+                logits, cache = self.s.step([t], cache)
                 out.append(logits)
             return out
 

@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 import tvm
+from tvm import relax
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import op
 
@@ -196,7 +197,7 @@ class _Body(nn.Module):
             self.rope_cos = nn.Parameter((cfg.max_positions, cfg.head_dim))
             self.rope_sin = nn.Parameter((cfg.max_positions, cfg.head_dim))
 
-    def forward(self, ids, positions, k_cache, v_cache):
+    def forward(self, ids, positions, caches):
         cfg = self.cfg
         n = ids.shape[1]
         if cfg.family == "gpt2":
@@ -210,14 +211,11 @@ class _Body(nn.Module):
                 op.reshape(op.take(self.rope_sin, positions, axis=0), shape),
             )
             blocks, final = self.layers, self.norm
-        pasts_k = op.split(k_cache, cfg.num_layers, axis=0) if cfg.num_layers > 1 else [k_cache]
-        pasts_v = op.split(v_cache, cfg.num_layers, axis=0) if cfg.num_layers > 1 else [v_cache]
-        ks, vs = [], []
+        grown: list[nn.Tensor] = []
         for i, block in enumerate(blocks):
-            x, k, v = block(x, rope, (pasts_k[i], pasts_v[i]), positions)
-            ks.append(k)
-            vs.append(v)
-        return final(x), op.concat(ks, dim=0), op.concat(vs, dim=0)
+            x, k, v = block(x, rope, (caches[2 * i], caches[2 * i + 1]), positions)
+            grown += [k, v]
+        return final(x), tuple(grown)
 
 
 class Decoder(nn.Module):
@@ -234,34 +232,40 @@ class Decoder(nn.Module):
     def _body(self) -> _Body:
         return self.transformer if self.cfg.family == "gpt2" else self.model
 
-    def forward(self, input_ids, positions, k_cache, v_cache):
+    def forward(self, input_ids, positions, caches):
         """``prompt`` new tokens after ``context`` cached ones: logits ``[1, prompt, vocab]`` and
-        the cache grown to ``context + prompt``. Prefill is ``context = 0``, a decode step
-        ``prompt = 1``; ``positions`` are ``context .. context + prompt - 1``."""
-        hidden, k, v = self._body()(input_ids, positions, k_cache, v_cache)
-        return self.lm_head(hidden), k, v
+        the caches grown to ``context + prompt``. Prefill is ``context = 0``, a decode step
+        ``prompt = 1``; ``positions`` are ``context .. context + prompt - 1``; ``caches`` are
+        each layer's K then V, ``[1, context, kv_heads, head_dim]``."""
+        hidden, grown = self._body()(input_ids, positions, caches)
+        return self.lm_head(hidden), grown
 
     def spec(self) -> dict:
         """The export spec: ``prompt`` and ``context`` are the symbolic lengths."""
         cfg = self.cfg
-        cache = nn.spec.Tensor([cfg.num_layers, CONTEXT, cfg.num_kv_heads, cfg.head_dim], "float32")
+        cache = nn.spec.Tensor([1, CONTEXT, cfg.num_kv_heads, cfg.head_dim], "float32")
         return {
             "forward": {
                 "input_ids": nn.spec.Tensor([1, PROMPT], "int32"),
                 "positions": nn.spec.Tensor([PROMPT], "int32"),
-                "k_cache": cache,
-                "v_cache": cache,
+                "caches": [cache] * (2 * cfg.num_layers),
                 "$": {"param_mode": "plain", "effect_mode": "none"},
             }
         }
 
 
 def export(cfg: DecoderConfig) -> tuple[tvm.IRModule, list[str]]:
-    """The Relax module (``main``: the step) and its parameter names, in argument order."""
+    """The Relax module (``main``: the step) and its parameter names, in argument order.
+
+    ``main``'s inputs are ``input_ids``, ``positions``, then each layer's cache as a tensor of
+    its own (``k_cache_0``, ``v_cache_0``, ``k_cache_1``, ...: every tool that reads inputs'
+    shapes sees them), then the weights; it returns the logits and the tuple of grown caches."""
     model = Decoder(cfg)
     mod, named = model.export_tvm(spec=model.spec())
-    gv = mod.get_global_var("forward")
-    main = mod[gv]
-    del mod[gv]
-    mod["main"] = main.with_attr("global_symbol", "main")
-    return mod, [name for name, _ in named]
+    func = mod[mod.get_global_var("forward")]
+    ids, positions, caches, *weights = func.params
+    flat = [relax.Var(f"{'kv'[i % 2]}_cache_{i // 2}", ty) for i, ty in enumerate(caches.ty.fields)]
+    body = func.bind_params({caches: relax.Tuple(flat)}).body
+    main = relax.Function([ids, positions, *flat, *weights], body, func.ret_ty, attrs=func.attrs)
+    main = main.with_attrs({"global_symbol": "main", "num_input": 2 + len(flat)})
+    return relax.transform.Normalize()(tvm.IRModule({"main": main})), [n for n, _ in named]

@@ -19,6 +19,8 @@ from tuner.llm.weights import load_params
 if TYPE_CHECKING:
     from tuner.model import Model
 
+Cache = list[tvm.runtime.Tensor]  # each layer's K then V, [1, context, kv_heads, head_dim]
+
 
 def decoder_module(folder: Path) -> tuple[DecoderConfig, tvm.IRModule, list[str]]:
     """The folder's config, its Relax module (``main``, see :mod:`tuner.llm.model`) and its
@@ -72,21 +74,20 @@ class DecoderSession:
             ) from None
         self.params = [tvm.runtime.tensor(p, self.dev) for p in weights]
 
-    def empty_cache(self) -> tuple[tvm.runtime.Tensor, tvm.runtime.Tensor]:
-        """K and V caches of no tokens."""
+    def empty_cache(self) -> Cache:
+        """The caches of no tokens (each layer's K and V)."""
         c = self.cfg
-        empty = np.zeros((c.num_layers, 0, c.num_kv_heads, c.head_dim), dtype=np.float32)
-        return tvm.runtime.tensor(empty, self.dev), tvm.runtime.tensor(empty, self.dev)
+        empty = np.zeros((1, 0, c.num_kv_heads, c.head_dim), dtype=np.float32)
+        return [tvm.runtime.tensor(empty, self.dev) for _ in range(2 * c.num_layers)]
 
-    def step(
-        self, ids: list[int], k: tvm.runtime.Tensor, v: tvm.runtime.Tensor
-    ) -> tuple[np.ndarray, tvm.runtime.Tensor, tvm.runtime.Tensor]:
+    def step(self, ids: list[int], cache: Cache) -> tuple[np.ndarray, Cache]:
         """Run ``ids`` after the cached tokens: the last position's logits and the grown cache."""
-        start = k.shape[1]
+        start = cache[0].shape[1]
         pos = np.arange(start, start + len(ids), dtype=np.int32)
-        args = [tvm.runtime.tensor(np.array([ids], dtype=np.int32), self.dev)]
-        logits, k, v = self.vm["main"](*args, tvm.runtime.tensor(pos, self.dev), k, v, *self.params)
-        return logits.numpy()[0, -1], k, v
+        ids_in = tvm.runtime.tensor(np.array([ids], dtype=np.int32), self.dev)
+        pos_in = tvm.runtime.tensor(pos, self.dev)
+        logits, grown = self.vm["main"](ids_in, pos_in, *cache, *self.params)
+        return logits.numpy()[0, -1], list(grown)
 
     def generate(
         self, prompt: list[int], max_new_tokens: int, eos: int | None = None
@@ -102,12 +103,12 @@ class DecoderSession:
         if max(prompt) >= self.cfg.vocab_size or min(prompt) < 0:
             raise TuneFarmError(f"prompt ids must be in [0, {self.cfg.vocab_size})")
         t0 = time.perf_counter()
-        logits, k, v = self.step(prompt, *self.empty_cache())
+        logits, cache = self.step(prompt, self.empty_cache())
         tokens = [int(np.argmax(logits))]
         prefill_ms = (time.perf_counter() - t0) * 1e3
         t1 = time.perf_counter()
         while len(tokens) < max_new_tokens and tokens[-1] != eos:
-            logits, k, v = self.step([tokens[-1]], k, v)
+            logits, cache = self.step([tokens[-1]], cache)
             tokens.append(int(np.argmax(logits)))
         steps = len(tokens) - 1
         rate = steps / (time.perf_counter() - t1) if steps else 0.0

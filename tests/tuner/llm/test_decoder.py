@@ -87,8 +87,8 @@ def test_build_then_generate_equals_torch_greedy(tiny_decoder, tmp_path: Path) -
     assert data["prefill_ms"] > 0 and data["decode_tokens_per_sec"] > 0
 
     session = DecoderSession(folder, lib)
-    logits, k, v = session.step(PROMPT[:4], *session.empty_cache())
-    logits, _, _ = session.step(PROMPT[4:], k, v)  # a chunked prefill: 3 tokens after 4
+    logits, cache = session.step(PROMPT[:4], session.empty_cache())
+    logits, _ = session.step(PROMPT[4:], cache)  # a chunked prefill: 3 tokens after 4
     with torch.no_grad():
         ref = torch_model(torch.tensor([PROMPT])).logits[0, -1].numpy()
     np.testing.assert_allclose(logits, ref, rtol=1e-4, atol=1e-4)

@@ -104,7 +104,7 @@ def _attention(
     rows = n * group
     qg = op.reshape(op.permute_dims(op.reshape(q, (b, n, kv, group, d)), [0, 2, 1, 3, 4]),
                     (b, kv, rows, d))  # fmt: skip
-    scores = op.matmul(qg, op.permute_dims(k, [0, 2, 3, 1]))  # [1, kv, rows, keys]
+    scores = _einsum("bhrd,bjhd->bhrj", qg, k, "scores")  # [1, kv, rows, keys]
     # -1e30 where a key lies after the query; relax ops only, so binding lengths keeps FuseTIR whole
     keys = op.reshape(op.arange(0, length, dtype="int32"), [1, length])
     where = positions if group == 1 else op.repeat(positions, group, axis=0)
@@ -112,9 +112,15 @@ def _attention(
     scores = op.add(scores, op.multiply(op.astype(after, "float32"), _const(-1e30)))
     scores = op.multiply(scores, _const(scale))
     probs = op.softmax(scores, axis=-1)
-    out = op.matmul(probs, op.permute_dims(v, [0, 2, 1, 3]))  # [1, kv, rows, head_dim]
+    out = _einsum("bhrj,bjhd->bhrd", probs, v, "attend")  # [1, kv, rows, head_dim]
     out = op.permute_dims(op.reshape(out, (b, kv, n, group, d)), [0, 2, 1, 3, 4])
     return op.reshape(out, (b, n, h, d))
+
+
+def _einsum(subscripts: str, a: nn.Tensor, b: nn.Tensor, name: str) -> nn.Tensor:
+    """A product over the cache in its own layout ``[1, keys, kv_heads, head_dim]``: a
+    ``matmul`` would need it transposed first, a copy of the whole cache per step."""
+    return op.wrap_nested(relax.op.einsum([a._expr, b._expr], subscripts), name=name)
 
 
 def _const(value: float) -> nn.Tensor:

@@ -59,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         bench_args = []
         model = f"examples/make_tiny_decoder.py --arch {args.arch} (hidden 128, 2 layers)"
     with tempfile.TemporaryDirectory(prefix="tunefarm-decoder-") as tmp:
-        folder, lib, db = f"{tmp}/tiny-{args.arch}", f"{tmp}/model.so", f"sqlite:///{tmp}/t.db"
+        name = args.preset or f"tiny-{args.arch}"
+        folder, lib, db = f"{tmp}/{name}", f"{tmp}/model.so", f"sqlite:///{tmp}/t.db"
         make = ["--preset", args.preset] if args.preset else ["--arch", args.arch]
         _run([py, "examples/make_tiny_decoder.py", folder, *make])
         _run([tunefarm, "tune", folder, *tune_args, "--db", db, "--seed", "0"])

@@ -95,6 +95,7 @@ def load_exported(path: Path, *, keep_params: bool = False) -> Imported:
     torch = require("torch", "torch", ".pt2")
     extra = {DIMS_FILE: ""}
     ep = _load_program(torch, path, extra)
+    _refuse_a_cache_in_buffers(ep, path)
     from tuner.frontends.torch_importer import (
         NodeImportError,
         describe_node,
@@ -133,6 +134,24 @@ def load_exported(path: Path, *, keep_params: bool = False) -> Imported:
     if keep_params:
         mod, params = detach(mod)
     return Imported(mod=mod, params=params, reference=Reference("pytorch", _runner(ep)))
+
+
+def _refuse_a_cache_in_buffers(ep: Any, path: Path) -> None:
+    """A decoder exported with its KV cache as buffers written in place (transformers'
+    ``convert_and_export_with_cache``: ``static_cache`` buffers updated by ``index_put``)
+    imports as a model whose cache never changes; say so, and what imports it instead."""
+    buffers = [
+        str(spec.target)
+        for spec in ep.graph_signature.input_specs
+        if spec.kind.name == "BUFFER" and spec.target is not None
+    ]
+    cached = [b for b in buffers if "cache" in b.lower() and ("key" in b or "value" in b)]
+    if cached:
+        raise TuneFarmError(
+            f"{path} carries a KV cache as buffers written in place ({cached[0]}, ...: "
+            "transformers' export with a cache); TuneFarm imports a decoder with its cache from "
+            "the Hugging Face model folder instead: tunefarm tune MODEL_DIR (docs/decoders.md)"
+        )
 
 
 _UNREGISTERED = re.compile(r"Deserializing ([\w.]+) in pytree is not registered")

@@ -141,3 +141,22 @@ def test_tune_per_bucket_then_build_generates_torchs_tokens(tmp_path: Path) -> N
             torch.tensor([PROMPT]), max_new_tokens=16, min_new_tokens=16, do_sample=False
         )[0, len(PROMPT) :].tolist()
     assert json.loads(result.output.strip().splitlines()[-1])["tokens"] == expected
+
+
+def test_a_pt2_exported_with_its_cache_is_refused_in_one_line(tmp_path: Path) -> None:
+    """transformers' export with a static cache (buffers written in place) would import as a
+    model whose cache never changes: refused, naming the folder route instead."""
+    from transformers.integrations.executorch import convert_and_export_with_cache
+
+    model = save_tiny("llama", tmp_path / "m")
+    model.generation_config.cache_implementation = "static"
+    model.generation_config.cache_config = {"batch_size": 1, "max_cache_len": 32}
+    torch.export.save(convert_and_export_with_cache(model), str(tmp_path / "m.pt2"))
+    db = f"sqlite:///{tmp_path / 'tf.db'}"
+    Storage(db, create=True)
+    result = runner.invoke(
+        app, ["build", str(tmp_path / "m.pt2"), "-o", str(tmp_path / "m.so"), "--db", db]
+    )
+    assert result.exit_code == 1, result.output
+    assert result.output.strip().count("\n") == 0, result.output
+    assert "KV cache as buffers" in result.output and "model folder" in result.output

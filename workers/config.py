@@ -12,9 +12,11 @@ class MeasureConfig:
 
     ``number`` runs make one repeat (averaged), ``repeat`` repeats are reported,
     ``min_repeat_ms`` grows ``number`` for short kernels, ``cooldown_ms`` sleeps between
-    candidates, ``cache_flush`` flushes the CPU cache before each run. ``threads``: the thread
-    count host kernels (CPU, ARM) are timed with; None: ``TVM_NUM_THREADS`` if the runner's
-    environment sets it, else the node's CPUs (a job sets the target's ``num-cores``).
+    candidates, ``cache_flush`` flushes the inputs but the first from the CPU caches before
+    each repeat, and makes each repeat one run (``number`` and ``min_repeat_ms`` ignored).
+    ``threads``: the thread count host kernels (CPU, ARM) are timed with; None:
+    ``TVM_NUM_THREADS`` if the runner's environment sets it, else the node's CPUs (a job sets
+    the target's ``num-cores``).
 
     ``screen``: a candidate whose single runs (the first ones :func:`workers.measure.timed_secs`
     makes) are all at least ``screen`` x its task's best so far is recorded from them; the

@@ -80,6 +80,8 @@ def timed_secs(
     they were screened so.
     """
     number, repeat, min_ms = config.number, config.repeat, config.min_repeat_ms
+    if config.cache_flush:  # the caches are flushed before each repeat: one run a repeat
+        number, min_ms = 1, 0
 
     def run(number: int, repeat: int, min_ms: int) -> tuple[float, ...]:
         return tuple(float(s) for s in evaluator_of(number, repeat, min_ms)(*args).results)

@@ -44,7 +44,10 @@ def _timed_screened(n: int, config: MeasureConfig) -> tuple[tuple[float, ...], i
         tvm.runtime.tensor(np.ones(n, "float32"), dev),
         tvm.runtime.tensor(np.zeros(1, "float32"), dev),
     ]
-    secs, screened = timed_secs(functools.partial(lib.time_evaluator, "main", dev), args, config)
+    # the runner's evaluator: with cache_flush, the inputs but the first flushed before a repeat
+    preproc = "cache_flush_cpu_non_first_arg" if config.cache_flush else ""
+    evaluator = functools.partial(lib.time_evaluator, "main", dev, f_preproc=preproc)
+    secs, screened = timed_secs(evaluator, args, config)
     return tuple(float(s) for s in secs), int(args[0].numpy()[0]), screened
 
 
@@ -90,6 +93,15 @@ def test_kernel_slower_than_all_the_repeats_together_is_timed_by_one_run() -> No
 def test_without_a_minimum_number_and_repeat_are_taken_as_given() -> None:
     secs, calls = _timed(64, MeasureConfig(number=4, repeat=2, min_repeat_ms=0))
     assert len(secs) == 2 and calls == 1 + 4 * 2
+
+
+def test_with_cache_flush_every_repeat_is_one_cold_run() -> None:
+    """Flushed before each repeat, a run sized to a minimum would be cold once and warm after:
+    ``number`` and ``min_repeat_ms`` give way to one run a repeat."""
+    config = MeasureConfig(number=8, repeat=4, min_repeat_ms=20, cache_flush=True)
+    secs, calls = _timed(1024, config)
+    assert len(secs) == 4 and all(s > 0 for s in secs)
+    assert calls == 1 + 4  # TVM's warm-up and the 4 repeats of one run
 
 
 @pytest.mark.parametrize("number", [1, 50])

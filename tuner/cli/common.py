@@ -161,6 +161,15 @@ PerIterOpt = Annotated[int, typer.Option(help="Candidates measured per search ro
 MinRepeatOpt = Annotated[
     int, typer.Option("--min-repeat-ms", help="Minimum time of one timed repeat, in ms.")
 ]
+CacheFlushOpt = Annotated[
+    bool,
+    typer.Option(
+        "--cache-flush",
+        help="Time every run cold: the kernel's inputs (all but the first) flushed from the "
+        "CPU caches before it, one run a repeat, as a decoder's weights are at every token "
+        "when the model is larger than the caches.",
+    ),
+]
 ScreenOpt = Annotated[
     float,
     typer.Option(
@@ -297,6 +306,7 @@ class TuneOptions:
     seed: SeedOpt = None
     per_iter: PerIterOpt = 64
     min_repeat_ms: MinRepeatOpt = 50
+    cache_flush: CacheFlushOpt = False
     screen: ScreenOpt = 2.0
     shape: ShapeOpt = None
     entry: EntryOpt = "Module"
@@ -344,7 +354,9 @@ class TuneOptions:
             trials_per_iter=self.per_iter,
             seed=self.seed,
             job_name=self.job,
-            measure=MeasureConfig(min_repeat_ms=self.min_repeat_ms, screen=self.screen),
+            measure=MeasureConfig(
+                min_repeat_ms=self.min_repeat_ms, cache_flush=self.cache_flush, screen=self.screen
+            ),
             cost_model=self.cost_model,
             transfer=self.transfer,
             siblings=self.siblings,

@@ -130,6 +130,13 @@ def test_tune_per_bucket_then_build_generates_torchs_tokens(tmp_path: Path) -> N
     assert "prompt=1,context=64" in names and "prompt=16,context=64" in names
     built = runner.invoke(app, ["build", folder, "-o", lib, "--db", db, "--json"])
     assert built.exit_code == 0, built.output
+    # the projections depend on the prompt alone; tuned at one context, every task's bucket
+    # names context=64 too, and the build still finds their prompt buckets' records (which
+    # schedule wins there is the search's business)
+    kernels = json.loads(built.output[built.output.index("{") :])["kernels"]
+    projections = [k for k in kernels if k["name"].startswith("fused_matmul") and k["symbolic"]]
+    found = [k for k in projections if "no bucket records" not in k["dispatch"]]
+    assert found and all(k["source"] != "untuned" or "record" in k["dispatch"] for k in found)
     ids = ",".join(map(str, PROMPT))
     result = runner.invoke(
         app,

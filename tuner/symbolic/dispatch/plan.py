@@ -50,6 +50,7 @@ def timed_range_secs(
     target: Any,
     mean_sec: float,
     degree: int,
+    var_name: str | None = None,
 ) -> list[float | None]:
     """Each range variant's time at ``bucket`` as the rule prices it (None: the tune did not
     time it): its probe at the bucket padded to the tile, scaled back to the bucket,
@@ -58,7 +59,7 @@ def timed_range_secs(
     both price by it."""
     if not variants:
         return []
-    (value,) = bucket.values()
+    (value,) = bucket.values() if var_name is None else (bucket[var_name],)
     beside = db.generic_sec(static_key(variants[0].key), bucket, target)
     out: list[float | None] = []
     for rk in variants:
@@ -125,7 +126,7 @@ def plan_kernel(
         rewrite = rewrite_tiles(norm["main"], record.trace, var.name)
         # the default schedule's range kernel is the generic kernel
         variants = () if default else range_variants(norm["main"], record.trace, var.name, rewrite)
-        timed = timed_range_secs(db, variants, bucket, target, mean_sec, degree)
+        timed = timed_range_secs(db, variants, bucket, target, mean_sec, degree, var.name)
         for rk, range_sec in zip(variants, timed, strict=True):
             # its own time where the tune measured it; else the static kernel's time under
             # the tile-1 rule (a fine variant is offered only with its own time)
@@ -203,11 +204,14 @@ def bucket_workloads(
         return bound[value]
 
     out: dict[int, tuple[dict[str, int], tvm.IRModule, tvm.IRModule]] = {}
-    for bucket in db.bucket_values():
-        if set(bucket) == {var_name}:
-            mod = bound_at(bucket[var_name])
+    # a bucket of several variables serves too: its workload is this kernel's by structure (a
+    # job tuned at one value of another variable labels every task with it, context=256)
+    for bucket in sorted(db.bucket_values(), key=len):
+        value = bucket.get(var_name)
+        if value is not None and value not in out:
+            mod = bound_at(value)
             if mod is not None and db.has_workload(mod):
-                out[bucket[var_name]] = (bucket, mod, mod)
+                out[value] = (bucket, mod, mod)
     for bucket, stored in db.family_workloads(shash_of(normalize(func))):
         if set(bucket) == {var_name} and bucket[var_name] not in out:
             mod = bound_at(bucket[var_name])

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import machine_header, results_path
+from benchmarks.verdict import git_commit
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -47,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     py, tunefarm = sys.executable, str(BIN / "tunefarm")
     runs: list[dict[str, Any]] = []
+    commit = git_commit()  # the code that tunes, builds and benches (taken before it runs)
     if args.preset:
         tune_args = ["--shape", "prompt=1,64", "--shape", "context=64,256,1024",
                      "--trials", str(args.trials), "--time-budget", args.time_budget]  # fmt: skip
@@ -73,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "benchmark": "decoder",
         "machine": machine_header(),
+        "commit": commit,
         "model": model,
         "tune": " ".join([*tune_args, "--seed", "0"]),
         "bench": " ".join(bench_args),

@@ -193,6 +193,10 @@ def benchmark_and_command(name: str, data: dict[str, Any]) -> tuple[str, str]:
             cmd += f" --trials {data['trials']}"
         if data.get("threads") not in (None, [1, 2]):
             cmd += " --threads " + " ".join(str(t) for t in data["threads"])
+        preset = str(data.get("model", "")).partition("--preset ")[2].split(" ")[0]
+        if preset:
+            budget = str(data.get("tune", "")).partition("--time-budget ")[2].split(" ")[0]
+            cmd += f" --preset {preset}" + (f" --time-budget {budget}" if budget else "")
         suffix = name.split("-decoder", 1)[1].removesuffix(".json")
         return "decoder bench", cmd + (f" --name decoder{suffix}" if suffix else "")
     if "-ab-" in name:

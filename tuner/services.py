@@ -302,13 +302,18 @@ class BenchReport:
         return out
 
 
+def runtime_names(text: str) -> list[str]:
+    """The names of ``--runtimes NAME[,NAME]``; ``none`` is no name."""
+    return [n.strip() for n in text.split(",") if n.strip() and n.strip() != "none"]
+
+
 def parse_runtimes(text: str | None) -> list[str] | None:
     """``--runtimes NAME[,NAME]`` (or none) checked against the known runtimes."""
     from tuner.bench.runtimes import RUNTIMES
 
     if text is None:
         return None
-    names = [n.strip() for n in text.split(",") if n.strip() and n.strip() != "none"]
+    names = runtime_names(text)
     unknown = [n for n in names if n not in RUNTIMES]
     if unknown:
         raise TuneFarmError(
@@ -337,14 +342,12 @@ def bench_decoder_folder(
         raise TuneFarmError(
             f"--shape on a decoder names prompt and context, not {', '.join(unknown)}"
         )
-    names = None
-    if runtimes is not None:
-        names = [n.strip() for n in runtimes.split(",") if n.strip() and n.strip() != "none"]
-        if set(names) - {"torch.compile", "untuned"}:
-            raise TuneFarmError(
-                "--runtimes on a decoder: torch.compile, untuned (the build without the "
-                "database), both, or none"
-            )
+    names = None if runtimes is None else runtime_names(runtimes)
+    if names is not None and set(names) - {"torch.compile", "untuned"}:
+        raise TuneFarmError(
+            "--runtimes on a decoder: torch.compile, untuned (the build without the "
+            "database), both, or none"
+        )
     cfg = DecoderConfig.from_folder(source.path)
     if lib is not None and not lib.is_file():
         raise TuneFarmError(f"library not found: {lib} (build it with tunefarm build)")

@@ -423,11 +423,10 @@ def bench_decoder(
     bandwidth: float | None = None,
 ) -> DecoderBenchReport:
     """Bench the decoder in ``folder``: the tuned build (``lib``, else compiled from ``db``),
-    the untuned build (with ``untuned``), PyTorch eager and (with ``compiled``) ``torch.compile``
-    at each prompt
-    length (prefill) and context length (``decode_steps`` decode steps after that many
-    cached tokens, per step); ``bandwidth`` (bytes/s) measured with :func:`triad_bandwidth`
-    when not given."""
+    the untuned build (with ``untuned``), PyTorch eager and (with ``compiled``)
+    ``torch.compile`` at each prompt length (prefill) and context length (``decode_steps``
+    decode steps after that many cached tokens, per step); ``bandwidth`` (bytes/s) measured
+    with :func:`triad_bandwidth` when not given."""
     import torch
     import transformers
 

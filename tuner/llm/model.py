@@ -1,6 +1,8 @@
 """The decoder as a ``tvm.relax.frontend.nn`` module: one ``main`` that runs ``prompt`` new
 tokens after ``context`` cached ones (prefill: ``context = 0``; decode: ``prompt = 1``), the KV
-cache as explicit tensors ``[layers, length, kv_heads, head_dim]`` passed in and returned.
+cache as explicit tensors, one K and one V ``[1, length, kv_heads, head_dim]`` per layer, passed
+in and returned grown (a stacked ``[layers, ...]`` cache would be split and re-stacked, two more
+copies of it every step).
 
 Parameter names equal the Hugging Face state-dict names, so :mod:`tuner.llm.weights` maps a
 ``model.safetensors`` one to one. Linear weights are kept ``[in, out]`` (Hugging Face's

@@ -7,7 +7,9 @@ model tuned, then TuneFarm tuned / untuned vs its reference, torch.compile and O
 ``verdicts`` (:mod:`benchmarks.verdict`: the targets' verdicts from paired seeds),
 ``retiming`` (:mod:`benchmarks.retiming`: recorded bests vs a fresh process's re-timing),
 ``decoder`` (:mod:`benchmarks.decoder`: ``make demo-llm``'s decoder against PyTorch),
-``convergence`` (:mod:`benchmarks.convergence`: --until-converged against 4x the trials).
+``convergence`` (:mod:`benchmarks.convergence`: --until-converged against 4x the trials),
+``matvec`` (:mod:`benchmarks.matvec`: a decoder's decode step with and without the known
+matrix-vector schedule measured first).
 
 All ratios are measured side by side in one run. Usage::
 
@@ -40,6 +42,7 @@ PARTS: dict[str, str] = {
     "retiming": "benchmarks.retiming",
     "decoder": "benchmarks.decoder",
     "convergence": "benchmarks.convergence",
+    "matvec": "benchmarks.matvec",
 }
 
 

@@ -220,6 +220,15 @@ ExchangeOpt = Annotated[
         "nearest other bucket, tile sizes refitted.",
     ),
 ]
+MatvecOpt = Annotated[
+    bool,
+    typer.Option(
+        "--matvec/--no-matvec",
+        help="A CPU kernel that is a matrix-vector product (a decoder's projections at one "
+        "token) first measures the known schedule of one: the reduction split over the cores, "
+        "rows of the weight streamed.",
+    ),
+]
 SearchOpt = Annotated[
     str,
     typer.Option(
@@ -315,6 +324,7 @@ class TuneOptions:
     transfer: TransferOpt = False
     siblings: SiblingsOpt = 4
     exchange: ExchangeOpt = False
+    matvec: MatvecOpt = True
     time_budget: TimeBudgetOpt = None
     until_converged: UntilConvergedOpt = False
     gain: GainOpt = 0.02
@@ -361,6 +371,7 @@ class TuneOptions:
             transfer=self.transfer,
             siblings=self.siblings,
             exchange=self.exchange,
+            matvec=self.matvec,
             search=search,
             time_budget_sec=self.time_budget_sec,
             until_converged=self.gain if self.until_converged else None,

@@ -210,6 +210,11 @@ def print_tune_summary(console: Console, summary: JobSummary) -> None:
             f"{search['siblings']} of the database's best schedules of their kernel at other "
             "buckets, refitted"
         )
+    if search.get("matvec_tasks"):
+        console.print(
+            f"matrix-vector: {search['matvec_tasks']} task(s) first measured the known "
+            "schedule of one (--no-matvec: off)"
+        )
     if search.get("screened"):
         console.print(
             f"screened: {search['screened']} candidate(s) at {search['screen']:g}x their "

@@ -118,6 +118,9 @@ def tune_command(model_name: str, options: dict[str, Any], python: str) -> str:
     """The entrypoint a submitted job runs on the cluster."""
     cmd = [python, "-m", "tuner.cli", "tune", model_name, "--address", "auto"]
     for flag, value in options.items():
+        if "/" in flag:  # an on/off pair (--x/--no-x): whichever the value says
+            cmd.append(flag.split("/")[0 if value else 1])
+            continue
         if value is None or value is False:
             continue
         if isinstance(value, list):

@@ -95,6 +95,7 @@ def start_actor_search(
         exchange=config.exchange and config.warm_start,
         compile_aware=config.compile_aware,
         converge_gain=config.until_converged,
+        matvec=config.matvec,
     )
     search = ActorSearch(
         tasks, target, db, builder, runner, model_spec(config, cost_model), plan, config.trials
@@ -136,6 +137,7 @@ def run_actor_search(
         "exchanged": stats.exchanged,
         "sibling_tasks": stats.sibling_tasks,
         "siblings": stats.siblings,
+        "matvec_tasks": stats.matvec_tasks,
         "prior_tasks": stats.prior_tasks,
         "actor_busy_sec": stats.actor_busy_sec,
         "wait_sec": stats.wait_sec,

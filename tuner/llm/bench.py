@@ -233,7 +233,7 @@ class _TvmVariant:
         return Work(run, _nothing, len(tokens))
 
 
-def _cache_kwarg(model: Any) -> str:
+def cache_kwarg(model: Any) -> str:
     """The forward's name for the cache (``cache`` in transformers >= 5.2x, before it
     ``past_key_values``)."""
     import inspect
@@ -252,7 +252,7 @@ class _TorchVariant:
     def __init__(self, model: Any, static_len: int | None = None) -> None:
         import torch
 
-        self.torch, self.model, self.kw = torch, model, _cache_kwarg(model)
+        self.torch, self.model, self.kw = torch, model, cache_kwarg(model)
         self.static_len = static_len
         self.fn = model.__call__ if static_len is None else model.get_compiled_call(None)
 

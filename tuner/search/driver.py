@@ -31,11 +31,13 @@ from tvm.s_tir.meta_schedule.database import TuningRecord
 
 from database import TargetKey, TuneFarmDatabase
 from database.errors import error_summary
+from tuner.bench.timing import bench_threads
 from tuner.errors import TuneFarmError
 from tuner.pipeline import Task
 from tuner.search.actor import LocalTaskError, RemoteSearchActor, ThreadSearchActor
 from tuner.search.compile_cost import unroll_of_json
 from tuner.search.convergence import DEFAULT_GAIN, ConvergenceConfig, Estimate, estimate
+from tuner.search.matvec import matvec_traces
 from tuner.search.recorder import Recorder
 from tuner.search.scheduler import TaskProgress, next_task
 from tuner.search.task import GENERATIONS, Candidate, ModelSpec, TaskSpec, search_threads
@@ -131,6 +133,9 @@ class SearchPlan:
     # tune --until-converged: a task whose expected gain falls below this gets no more rounds
     # (tuner.search.convergence); None: every task searches until the budget is spent
     converge_gain: float | None = None
+    # a CPU task without records that is a matrix-vector product first measures the known
+    # schedule of one (tuner.search.matvec): a decoder's projections at one token
+    matvec: bool = False
 
     def __post_init__(self) -> None:
         if self.host not in HOSTS:
@@ -158,6 +163,7 @@ class SearchStats:
     # buckets of their kernel, and how many such schedules they were sent in all
     sibling_tasks: int = 0
     siblings: int = 0
+    matvec_tasks: int = 0  # tasks whose first round began with tuner.search.matvec's schedules
     # a compile-aware search's prior: tasks that began with their family's recorded builds
     prior_tasks: int = 0
     actor_busy_sec: float = 0.0  # summed over actors: the search work done off the driver
@@ -249,6 +255,11 @@ class ActorSearch:
             if seeds:  # a restarted actor's task gets none it was sent already
                 self.stats.sibling_tasks += 1
                 self.stats.siblings += len(seeds)
+        if not records and self.plan.matvec and self.target.kind.name == "llvm":
+            known = self._new_seeds(task, matvec_traces(mod, bench_threads(self.target)))
+            if known:
+                self.stats.matvec_tasks += 1
+                seeds = known + seeds  # the first round has room for a round's worth
         seed = self.plan.seed
         return TaskSpec(
             task_id=task,

@@ -94,7 +94,7 @@ def pad_values(func: tirx.PrimFunc, var_name: str) -> dict[str, float] | None:
         for p in func.params[:-1]
         if any(uses_var(d, var_name) for d in getattr(p, "shape", None) or ())
     ]
-    blocks = _blocks_in_order(func)
+    blocks = blocks_in_order(func)
     for choice in itertools.product(_PADS, repeat=len(padded_inputs)):
         pads = dict(zip(padded_inputs, choice, strict=True))
         if _neutral(blocks, var_name, {k: _STATE_OF_PAD[v] for k, v in pads.items()}):
@@ -108,7 +108,7 @@ def free_inputs(func: tirx.PrimFunc, var_name: str, pads: dict[str, float]) -> f
     an add) whose padded rows reach only padded rows of the output. Such an input can be
     handed the previous kernel's padded output as it is, padding and all, instead of a crop
     and a new pad. Empty when no input is free or not all the free ones together."""
-    blocks = _blocks_in_order(func)
+    blocks = blocks_in_order(func)
     base = {k: _STATE_OF_PAD[v] for k, v in pads.items()}
     free = [k for k in pads if _neutral(blocks, var_name, {**base, k: ANY})]
     if len(free) > 1 and not _neutral(blocks, var_name, {**base, **dict.fromkeys(free, ANY)}):
@@ -123,7 +123,7 @@ def work_degree(func: tirx.PrimFunc, var_name: str) -> int:
         max(
             (
                 sum(uses_var(iv.dom.extent, var_name) for iv in b.iter_vars)
-                for b in _blocks_in_order(func)
+                for b in blocks_in_order(func)
             ),
             default=1,
         )
@@ -140,7 +140,7 @@ def kernel_class(func: tirx.PrimFunc) -> str:
     convolution; tuning gains tiles, vectors and threads on reused data), ``reduction``
     (softmax, layer norm: reductions over one buffer) or ``injective`` (no reduction)."""
     found = "injective"
-    for block in _blocks_in_order(func):
+    for block in blocks_in_order(func):
         if not any(int(iv.iter_type) == 2 for iv in block.iter_vars):
             continue
         found = "reduction"
@@ -158,7 +158,8 @@ def _loads_buffer(expr: Any) -> bool:
     return _is_load(expr)
 
 
-def _blocks_in_order(func: tirx.PrimFunc) -> list[Any]:
+def blocks_in_order(func: tirx.PrimFunc) -> list[Any]:
+    """Every block of ``func``, parents before children, in program order."""
     sch = tvm.s_tir.Schedule(tvm.IRModule({"main": func}))
     out: list[Any] = []
 

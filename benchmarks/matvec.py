@@ -1,15 +1,15 @@
-"""Does measuring the known matrix-vector schedule first pay on a decoder's decode step?
+"""Does measuring the known matrix-vector tilings first pay on a decoder's decode step?
 
 Per seed, a **pair**: two decode-only jobs on a random-init Qwen2-0.5B-shaped decoder (``tune
 FOLDER --shape prompt=1 --shape context=256 --trials N --seed S``), one with ``--matvec`` (the
-default: every matrix-vector task first measures :mod:`tuner.search.matvec`'s schedule) and
+default: every matrix-vector task first measures :mod:`tuner.search.matvec`'s tilings) and
 one with ``--no-matvec``, in that order for even pairs and the other for odd ones, each in a
 fresh SQLite database; each is built, and the two libraries and PyTorch eager (a
 ``DynamicCache``, as ``generate`` runs it) are timed decoding side by side, in interleaved
 rounds, at each context. Each finished pair is appended (JSON Lines, with host, CPU model and
 commit) to the pairs file; ``--resume FILE`` adds pairs later, on any host.
 
-Target: the decode step with the seeds at most 0.9x the step without them (paired ratio,
+Target: the decode step with the seeds at most 0.95x the step without them (paired ratio,
 median over the contexts), verdict by :func:`tuner.paired.judge` (bootstrap 90% interval:
 met / missed / undecided with the pairs it would take). Also reported: each variant against
 eager, and the jobs' wall times.
@@ -43,7 +43,7 @@ from tuner.paired import judge
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARK = "matvec"
 VARIANTS = ["matvec", "no-matvec"]
-TARGET = 0.9  # decode step with the seeds / without
+TARGET = 0.95  # decode step with the seeds / without: at least 5% faster
 TOKENS = 4  # decode steps per timed sample
 ROUNDS = 5  # interleaved rounds per context
 

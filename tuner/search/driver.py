@@ -37,7 +37,7 @@ from tuner.pipeline import Task
 from tuner.search.actor import LocalTaskError, RemoteSearchActor, ThreadSearchActor
 from tuner.search.compile_cost import unroll_of_json
 from tuner.search.convergence import DEFAULT_GAIN, ConvergenceConfig, Estimate, estimate
-from tuner.search.matvec import matvec_traces
+from tuner.search.matvec import matvec_block
 from tuner.search.recorder import Recorder
 from tuner.search.scheduler import TaskProgress, next_task
 from tuner.search.task import GENERATIONS, Candidate, ModelSpec, TaskSpec, search_threads
@@ -255,11 +255,11 @@ class ActorSearch:
             if seeds:  # a restarted actor's task gets none it was sent already
                 self.stats.sibling_tasks += 1
                 self.stats.siblings += len(seeds)
-        if not records and self.plan.matvec and self.target.kind.name == "llvm":
-            known = self._new_seeds(task, matvec_traces(mod, bench_threads(self.target)))
-            if known:
-                self.stats.matvec_tasks += 1
-                seeds = known + seeds  # the first round has room for a round's worth
+        matvec = 0
+        cpu = self.target.kind.name == "llvm"
+        if not records and self.plan.matvec and cpu and matvec_block(mod["main"]) is not None:
+            matvec = bench_threads(self.target)
+            self.stats.matvec_tasks += 1
         seed = self.plan.seed
         return TaskSpec(
             task_id=task,
@@ -274,6 +274,7 @@ class ActorSearch:
             seeds=tuple(seeds),
             compile_aware=self.plan.compile_aware,
             compile_prior=self._compile_prior(task, mod) if self.plan.compile_aware else (),
+            matvec_threads=matvec,
         )
 
     def _compile_prior(self, task: int, mod: Any) -> tuple[tuple[int, float], ...]:

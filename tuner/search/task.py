@@ -20,6 +20,7 @@ from tvm.s_tir.meta_schedule.runner import RunnerResult
 
 from database import shash_of
 from tuner.search.compile_cost import OVERSAMPLE, CompileCosts, pick, unroll_of
+from tuner.search.matvec import matvec_traces
 
 Rows = tuple[Any, Any, list[str]]  # cost-model training rows: features, seconds, workload keys
 
@@ -90,6 +91,9 @@ class TaskSpec:
     # a compile-aware search's prior: what its kernel family's recorded builds took,
     # (unroll limit, seconds) each (CompileCosts.prior), so its first round is priced too
     compile_prior: tuple[tuple[int, float], ...] = ()
+    # > 0: a task without records that is a matrix-vector product measures the known tiling
+    # of one for this many cores first (tuner.search.matvec), ahead of the seeds
+    matvec_threads: int = 0
 
 
 class TaskSearch:
@@ -115,10 +119,11 @@ class TaskSearch:
             rand_state=spec.seed,
             num_threads=threads,
         ).clone()
+        spaces = self.ctx.generate_design_space()
         self.ctx.pre_tuning(
             max_trials=spec.max_trials,
             num_trials_per_iter=spec.per_round * (OVERSAMPLE if spec.compile_aware else 1),
-            design_spaces=self.ctx.generate_design_space(),
+            design_spaces=spaces,
             database=self.db,
             cost_model=model,
         )
@@ -127,6 +132,9 @@ class TaskSearch:
         # seeds not generated yet, by module hash: the spec's (the first round) and those
         # sent mid-job (:meth:`seed`, leading the next round)
         self._first = self._seeded(spec.seeds, set())
+        if spec.matvec_threads and not spec.records:
+            known = matvec_traces(mod["main"], spaces, spec.matvec_threads)
+            self._first = {**self._candidates(known, set()), **self._first}
         self._extra: dict[str, Any] = {}
         # the task's compile seconds by unroll limit, from the family's recorded builds first
         self.costs = CompileCosts.from_prior(spec.compile_prior)
@@ -135,11 +143,20 @@ class TaskSearch:
         """The seeds as measure candidates by module hash, post-processed as the search's own
         are (distinct modules only, none in ``skip`` or already generated; a seed a
         post-processor rejects is dropped)."""
-        out: dict[str, Any] = {}
-        args = ms.arg_info.ArgInfo.from_entry_func(self.workload.mod, remove_preproc=True)
+        traces = []
         for rec in seeds:
             try:
-                trace = TuningRecord.from_json(rec, self.workload).trace
+                traces.append(TuningRecord.from_json(rec, self.workload).trace)
+            except Exception:  # not a record of this kernel: not a candidate
+                continue
+        return self._candidates(traces, skip)
+
+    def _candidates(self, traces: list[Any], skip: set[str]) -> dict[str, Any]:
+        """``traces`` replayed and post-processed as the search's own candidates are."""
+        out: dict[str, Any] = {}
+        args = ms.arg_info.ArgInfo.from_entry_func(self.workload.mod, remove_preproc=True)
+        for trace in traces:
+            try:
                 sch = tvm.s_tir.Schedule(self.workload.mod)
                 trace.apply_to_schedule(sch, remove_postproc=True)
                 sch.enter_postproc()

@@ -150,6 +150,46 @@ def test_tune_per_bucket_then_build_generates_torchs_tokens(tmp_path: Path) -> N
     assert json.loads(result.output.strip().splitlines()[-1])["tokens"] == expected
 
 
+@pytest.mark.slow
+def test_a_decode_job_measures_the_matvec_schedule_first_and_generates_torchs_tokens(
+    tmp_path: Path,
+) -> None:
+    """A decode-only job (Qwen2: the projections have a bias epilogue) first measures the
+    known matrix-vector schedule of each projection (tuner.search.matvec), records it, and the
+    build from that database still generates PyTorch's tokens."""
+    import sqlite3
+
+    torch_model = save_tiny("qwen2", tmp_path / "m")
+    path = tmp_path / "tf.db"
+    folder, lib, db = str(tmp_path / "m"), str(tmp_path / "tuned.so"), f"sqlite:///{path}"
+    tuned = runner.invoke(
+        app,
+        ["tune", folder, "--shape", "prompt=1", "--shape", "context=64", "--trials", "30",
+         "--retime", "0", "--db", db, "--search", "thread", "--seed", "0", "--json"],
+    )  # fmt: skip
+    assert tuned.exit_code == 0, tuned.output
+    assert json.loads(tuned.output[tuned.output.index("{") :])["search"]["matvec_tasks"] >= 4
+    with sqlite3.connect(path) as conn:
+        (split,) = conn.execute(
+            "select count(*) from tuning_records where trace_json like '%RFactor%' "
+            "and run_secs_json is not null"
+        ).fetchone()
+    assert split >= 1  # measured, not only generated
+    built = runner.invoke(app, ["build", folder, "-o", lib, "--db", db])
+    assert built.exit_code == 0, built.output
+    result = runner.invoke(
+        app,
+        ["generate", folder, "--lib", lib, "--prompt-ids", ",".join(map(str, PROMPT)),
+         "--max-new-tokens", "16", "--json"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    with torch.no_grad():
+        expected = torch_model.generate(
+            torch.tensor([PROMPT]), max_new_tokens=16, min_new_tokens=16, do_sample=False
+        )[0, len(PROMPT) :].tolist()
+    assert json.loads(result.output.strip().splitlines()[-1])["tokens"] == expected
+
+
 def test_a_pt2_exported_with_its_cache_is_refused_in_one_line(tmp_path: Path) -> None:
     """transformers' export with a static cache (buffers written in place) would import as a
     model whose cache never changes: refused, naming the folder route instead."""

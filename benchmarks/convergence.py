@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import RESULTS
-from benchmarks.verdict import append_pair, next_seed, pair_header
+from benchmarks.verdict import append_pair, next_seed, pair_header, pairs_of
 from tuner.paired import Judgement, judge
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,16 +100,8 @@ def run_pair(workload: str, seed: int, cap: int, gain: float) -> dict[str, Any]:
 
 
 def read_pairs(path: Path) -> list[dict[str, Any]]:
-    """The convergence pairs of a pairs file (a line cut short by a killed run is skipped)."""
-    pairs = []
-    for line in path.read_text().splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict) and rec.get("benchmark") == BENCHMARK:
-            pairs.append(rec)
-    return pairs
+    """The pairs of this benchmark in a pairs file."""
+    return pairs_of(path, BENCHMARK)
 
 
 def _ratio(pair: dict[str, Any], key: str) -> float:

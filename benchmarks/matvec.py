@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import RESULTS
-from benchmarks.verdict import alternate, append_pair, next_seed, pair_header
+from benchmarks.verdict import alternate, append_pair, next_seed, pair_header, pairs_of
 from tuner.paired import judge
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -184,16 +184,8 @@ def _ratio(pair: dict[str, Any]) -> float:
 
 
 def read_pairs(path: Path) -> list[dict[str, Any]]:
-    """The pairs of a pairs file (a line cut short by a killed run is skipped)."""
-    pairs = []
-    for line in path.read_text().splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict) and rec.get("benchmark") == BENCHMARK:
-            pairs.append(rec)
-    return pairs
+    """The pairs of this benchmark in a pairs file."""
+    return pairs_of(path, BENCHMARK)
 
 
 def table(pairs: list[dict[str, Any]]) -> str:

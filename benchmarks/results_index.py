@@ -215,6 +215,10 @@ def benchmark_and_command(name: str, data: dict[str, Any]) -> tuple[str, str]:
             "until-converged vs 4x trials (pairs)",
             f"python -m benchmarks convergence --resume benchmarks/results/{name}",
         ),
+        "matvec": (
+            "matrix-vector tilings first vs not (pairs)",
+            f"python -m benchmarks matvec --resume benchmarks/results/{name}",
+        ),
     }
     for key, pair in simple.items():
         if key in name:

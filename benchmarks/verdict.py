@@ -129,6 +129,20 @@ class PairsError(ValueError):
     """A file that holds no pairs this module can read."""
 
 
+def pairs_of(path: Path, benchmark: str) -> list[dict[str, Any]]:
+    """The pairs of ``benchmark`` in a JSON Lines pairs file (a line cut short by a killed run
+    is skipped)."""
+    pairs = []
+    for line in path.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("benchmark") == benchmark:
+            pairs.append(rec)
+    return pairs
+
+
 def read_pairs(path: Path) -> list[dict[str, Any]]:
     """The pairs of ``path``: a pairs file (JSON Lines; a line cut short by a killed run is
     skipped), or an older time-to-quality or planner results file, each seed a pair."""

@@ -43,6 +43,12 @@ def test_submit_options_become_the_jobs_command_and_env() -> None:
 
     cmd = tune_command("m.py", {"--trials": 8, "--shape": ["b=1,8", "s=4"], "--db": None}, "py")
     assert cmd == "py -m tuner.cli tune m.py --address auto --trials 8 --shape b=1,8 --shape s=4"
+    from tuner.cli.common import TuneOptions
+
+    pair = "--matvec/--no-matvec"  # an on/off pair: its off side is said, not dropped
+    assert TuneOptions().flags()[pair] is True
+    assert tune_command("m.py", {pair: False}, "py").endswith(" --no-matvec")
+    assert tune_command("m.py", {pair: True}, "py").endswith(" --matvec")
     env = job_runtime_env("/w", "10.0.0.5:9190", "rk3588")
     assert env == {
         "working_dir": "/w",

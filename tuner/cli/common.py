@@ -225,8 +225,8 @@ MatvecOpt = Annotated[
     typer.Option(
         "--matvec/--no-matvec",
         help="A CPU kernel that is a matrix-vector product (a decoder's projections at one "
-        "token) first measures the known schedule of one: the reduction split over the cores, "
-        "rows of the weight streamed.",
+        "token) first measures a known tiling of one (a column block per core, eight rows of "
+        "the weight at a time), then searches on from it.",
     ),
 ]
 SearchOpt = Annotated[
@@ -453,7 +453,9 @@ def _check_int(flag: str, value: int, low: int, high: int, unit: str = "") -> No
 def _flag_of(field: str) -> str:
     """The command-line flag of a :class:`TuneOptions` field (``per_iter`` -> ``--per-iter``)."""
     info = get_type_hints(TuneOptions, include_extras=True)[field].__metadata__[0]
-    longs = [d for d in info.param_decls if d.startswith("--")]
+    # in Annotated, typer keeps the first declaration where a default would go
+    decls = [*info.param_decls, *([info.default] if isinstance(info.default, str) else [])]
+    longs = [d for d in decls if d.startswith("--")]
     return longs[0] if longs else "--" + field.replace("_", "-")
 
 

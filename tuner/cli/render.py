@@ -212,8 +212,8 @@ def print_tune_summary(console: Console, summary: JobSummary) -> None:
         )
     if search.get("matvec_tasks"):
         console.print(
-            f"matrix-vector: {search['matvec_tasks']} task(s) first measured the known "
-            "schedule of one (--no-matvec: off)"
+            f"matrix-vector: {search['matvec_tasks']} task(s) first measured a known tiling "
+            "of one (--no-matvec: off)"
         )
     if search.get("screened"):
         console.print(

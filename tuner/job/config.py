@@ -72,8 +72,8 @@ class TuneConfig:
     # the latency, MLP 0.96x; docs/time-to-quality.md)
     exchange: bool = False
     # a CPU task new to the database whose kernel is a matrix-vector product first measures
-    # the known schedule of one (tuner.search.matvec): the reduction split over the cores,
-    # rows of the weight streamed. Only with the pipelined search (not --search driver)
+    # a known tiling of one (tuner.search.matvec: a column block per core, eight rows of the
+    # weight at a time). Only with the pipelined search (not --search driver)
     matvec: bool = True
     # a round's fastest candidate, when it beats its task's best, is timed a second time and
     # recorded with both timings (JobRecorder._confirmed): a new best is never one lucky run

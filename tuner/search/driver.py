@@ -133,8 +133,8 @@ class SearchPlan:
     # tune --until-converged: a task whose expected gain falls below this gets no more rounds
     # (tuner.search.convergence); None: every task searches until the budget is spent
     converge_gain: float | None = None
-    # a CPU task without records that is a matrix-vector product first measures the known
-    # schedule of one (tuner.search.matvec): a decoder's projections at one token
+    # a CPU task without records that is a matrix-vector product first measures a known
+    # tiling of one (tuner.search.matvec): a decoder's projections at one token
     matvec: bool = False
 
     def __post_init__(self) -> None:
@@ -163,7 +163,7 @@ class SearchStats:
     # buckets of their kernel, and how many such schedules they were sent in all
     sibling_tasks: int = 0
     siblings: int = 0
-    matvec_tasks: int = 0  # tasks whose first round began with tuner.search.matvec's schedules
+    matvec_tasks: int = 0  # tasks whose first round began with tuner.search.matvec's tilings
     # a compile-aware search's prior: tasks that began with their family's recorded builds
     prior_tasks: int = 0
     actor_busy_sec: float = 0.0  # summed over actors: the search work done off the driver

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import RESULTS
-from benchmarks.verdict import append_pair, next_seed, pair_header, pairs_of
+from benchmarks.verdict import append_pair, next_seed, pair_header, pairs_of, resume
 from tuner.paired import Judgement, judge
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -187,12 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--summary", action="store_true", help="Only print FILE's verdicts.")
     args = parser.parse_args(argv)
     if args.resume is not None:
-        if not args.resume.is_file():
-            parser.error(f"--resume: no such file {args.resume}")
-        path = args.resume
-        pairs = read_pairs(path)
-        if pairs:
-            args.cap, args.gain = pairs[-1]["settings"]["cap"], pairs[-1]["settings"]["gain"]
+        path, pairs = args.resume, resume(parser, args, BENCHMARK)
     else:
         path = args.output or RESULTS / f"convergence_{time.strftime('%Y%m%d_%H%M')}.jsonl"
         pairs = []

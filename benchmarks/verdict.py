@@ -185,8 +185,13 @@ def resume(
     path: Path = args.resume
     if path.suffix != ".jsonl":
         parser.error(f"--resume takes a pairs file (.jsonl), not {path}")
+    if not path.is_file():
+        parser.error(f"--resume: no such file {path}")
     try:
-        pairs = [p for p in read_pairs(path) if p["benchmark"] == benchmark]
+        if benchmark in (TTQ, PLANNER):
+            pairs = [p for p in read_pairs(path) if p["benchmark"] == benchmark]
+        else:
+            pairs = pairs_of(path, benchmark)
     except PairsError as err:
         parser.error(str(err))
     if not pairs:

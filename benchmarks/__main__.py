@@ -9,7 +9,8 @@ model tuned, then TuneFarm tuned / untuned vs its reference, torch.compile and O
 ``decoder`` (:mod:`benchmarks.decoder`: ``make demo-llm``'s decoder against PyTorch),
 ``convergence`` (:mod:`benchmarks.convergence`: --until-converged against 4x the trials),
 ``matvec`` (:mod:`benchmarks.matvec`: a decoder's decode step with and without the known
-matrix-vector schedule measured first).
+matrix-vector schedule measured first), ``gemm`` (:mod:`benchmarks.gemm`: its prefill with and
+without the known matrix-product tiling measured first).
 
 All ratios are measured side by side in one run. Usage::
 
@@ -43,6 +44,7 @@ PARTS: dict[str, str] = {
     "decoder": "benchmarks.decoder",
     "convergence": "benchmarks.convergence",
     "matvec": "benchmarks.matvec",
+    "gemm": "benchmarks.gemm",
 }
 
 

@@ -1,23 +1,27 @@
-"""Does measuring the known matrix-vector tilings first pay on a decoder's decode step?
+"""Does measuring the known tilings first pay on a decoder's decode step (matrix-vector
+products) and on its prefill (matrix products)?
 
-Per seed, a **pair**: two decode-only jobs on a random-init Qwen2-0.5B-shaped decoder (``tune
-FOLDER --shape prompt=1 --shape context=256 --trials N --seed S``), one with ``--matvec`` (the
-default: every matrix-vector task first measures :mod:`tuner.search.matvec`'s tilings) and
-one with ``--no-matvec``, in that order for even pairs and the other for odd ones, each in a
-fresh SQLite database; each is built, and the two libraries and PyTorch eager (a
-``DynamicCache``, as ``generate`` runs it) are timed decoding side by side, in interleaved
-rounds, at each context. Each finished pair is appended (JSON Lines, with host, CPU model and
-commit) to the pairs file; ``--resume FILE`` adds pairs later, on any host.
+Per seed, a **pair**: two jobs on a random-init Qwen2-0.5B-shaped decoder, in a fresh SQLite
+database each, one with the tilings (the default: ``--matvec``, every matrix-vector task first
+measures :mod:`tuner.search.matvec`'s; ``--gemm``, every matrix-product task
+:mod:`tuner.search.gemm`'s) and one without (``--no-matvec`` / ``--no-gemm``), in that order for
+even pairs and the other for odd ones. ``matvec`` pairs are decode-only jobs (``--shape
+prompt=1 --shape context=256``) timed decoding at each context; ``gemm`` pairs are prefill jobs
+(``--shape prompt=64,256 --shape context=64``) timed prefilling each prompt length. Each job is
+built, and the two libraries and PyTorch eager (a ``DynamicCache``, as ``generate`` runs it)
+are timed side by side, in interleaved rounds. Each finished pair is appended (JSON Lines, with
+host, CPU model and commit) to the pairs file; ``--resume FILE`` adds pairs later, on any host.
 
-Target: the decode step with the seeds at most 0.95x the step without them (paired ratio,
-median over the contexts), verdict by :func:`tuner.paired.judge` (bootstrap 90% interval:
-met / missed / undecided with the pairs it would take). Also reported: each variant against
-eager, and the jobs' wall times.
+Target: with the tilings at most 0.95x the time without them (paired ratio, median over the
+lengths), verdict by :func:`tuner.paired.judge` (bootstrap 90% interval: met / missed /
+undecided with the pairs it would take). Also reported: each variant against eager, and the
+jobs' wall times.
 
 Usage::
 
     python -m benchmarks matvec [--seeds 3] [--trials 64] [--contexts 64 1008]
         [--output FILE.jsonl | --resume FILE.jsonl] [--summary]
+    python -m benchmarks gemm [--seeds 3] [--trials 64] [--prompts 64 256] [...]
 """
 
 from __future__ import annotations
@@ -31,21 +35,48 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from benchmarks.common import RESULTS
-from benchmarks.verdict import alternate, append_pair, next_seed, pair_header, pairs_of
+from benchmarks.verdict import (
+    alternate,
+    append_pair,
+    next_seed,
+    pair_header,
+    pairs_of,
+    resume,
+)
 from tuner.paired import judge
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCHMARK = "matvec"
-VARIANTS = ["matvec", "no-matvec"]
-TARGET = 0.95  # decode step with the seeds / without: at least 5% faster
+TARGET = 0.95  # with the tilings / without: at least 5% faster
 TOKENS = 4  # decode steps per timed sample
-ROUNDS = 5  # interleaved rounds per context
+ROUNDS = 5  # interleaved rounds per length
+
+
+@dataclass(frozen=True)
+class Phase:
+    """What one benchmark pairs: the tilings' switch, the jobs' buckets, what is timed."""
+
+    name: str  # the benchmark, the tune switch (--NAME / --no-NAME) and its stats' key
+    shape: tuple[str, ...]  # the jobs' --shape values
+    lengths: str  # the timed lengths' option and settings key: contexts or prompts
+    default: tuple[int, ...]
+    timed: str  # decode or prefill
+
+    @property
+    def variants(self) -> list[str]:
+        return [self.name, f"no-{self.name}"]
+
+
+PHASES = {
+    "matvec": Phase("matvec", ("prompt=1", "context=256"), "contexts", (64, 1008), "decode"),
+    "gemm": Phase("gemm", ("prompt=64,256", "context=64"), "prompts", (64, 256), "prefill"),
+}
 
 
 def _cli(*args: str) -> str:
@@ -68,14 +99,17 @@ def make_model(folder: Path) -> None:
         )
 
 
-def tune_and_build(folder: Path, work: Path, variant: str, seed: int, trials: int) -> dict:
-    """One decode-only job in a fresh database, then its build: wall times and the library."""
+def tune_and_build(
+    folder: Path, work: Path, variant: str, seed: int, trials: int, phase: Phase
+) -> dict:
+    """One job of ``phase`` in a fresh database, then its build: wall times and the library."""
     db = f"sqlite:///{work}/{variant}.db"
     lib = work / f"{variant}.so"
+    shapes = [arg for value in phase.shape for arg in ("--shape", value)]
     start = time.monotonic()
     out = _cli(
-        "tune", str(folder), "--shape", "prompt=1", "--shape", "context=256",
-        "--trials", str(trials), "--seed", str(seed), "--db", db, f"--{variant}", "--json",
+        "tune", str(folder), *shapes, "--trials", str(trials), "--seed", str(seed),
+        "--db", db, f"--{variant}", "--json",
     )  # fmt: skip
     wall = time.monotonic() - start
     job = json.loads(out[out.index("{") :])
@@ -86,7 +120,7 @@ def tune_and_build(folder: Path, work: Path, variant: str, seed: int, trials: in
         "wall_sec": wall,
         "build_sec": time.monotonic() - start,
         "trials": job["trials_measured"],
-        "matvec_tasks": job.get("search", {}).get("matvec_tasks", 0),
+        f"{phase.name}_tasks": job.get("search", {}).get(f"{phase.name}_tasks", 0),
         "lib": str(lib),
     }
 
@@ -127,47 +161,91 @@ def _samplers(sessions: dict[str, Any], model: Any, prompt: list[int], steps: li
 def time_decode(folder: Path, libs: dict[str, Path], contexts: list[int]) -> dict[str, dict]:
     """ms per decode step of each library and of PyTorch eager, per context: the median of
     :data:`ROUNDS` interleaved rounds (order rotated), :data:`TOKENS` steps a sample."""
+    sessions, model = _sessions(folder, libs)
+    rng = np.random.default_rng(0)
+    out: dict[str, dict] = {}
+    for ctx in contexts:
+        prompt = rng.integers(0, model.config.vocab_size, ctx).tolist()
+        steps = rng.integers(0, model.config.vocab_size, TOKENS).tolist()
+        samplers = _samplers(sessions, model, prompt, steps)
+        for name, ms in _interleaved(samplers).items():
+            out.setdefault(name, {})[str(ctx)] = ms / TOKENS
+    return out
+
+
+def time_prefill(folder: Path, libs: dict[str, Path], prompts: list[int]) -> dict[str, dict]:
+    """ms per prefill of each library and of PyTorch eager (a fresh cache each), per prompt
+    length: the median of :data:`ROUNDS` interleaved rounds (order rotated)."""
+    import torch
+    from transformers import DynamicCache
+
+    from tuner.llm.bench import cache_kwarg
+
+    sessions, model = _sessions(folder, libs)
+    kw = cache_kwarg(model)
+    rng = np.random.default_rng(0)
+    out: dict[str, dict] = {}
+    for length in prompts:
+        prompt = rng.integers(0, model.config.vocab_size, length).tolist()
+        samplers: dict[str, Any] = {
+            name: (lambda s=s, p=prompt: s.step(p, s.empty_cache())) for name, s in sessions.items()
+        }
+
+        def eager(prompt: list[int] = prompt) -> None:
+            with torch.no_grad():
+                cache = DynamicCache(config=model.config)
+                model(input_ids=torch.tensor([prompt]), use_cache=True, **{kw: cache})
+
+        samplers["eager"] = eager
+        for name, ms in _interleaved(samplers).items():
+            out.setdefault(name, {})[str(length)] = ms
+    return out
+
+
+def _sessions(folder: Path, libs: dict[str, Path]) -> tuple[dict[str, Any], Any]:
     import transformers
 
     from tuner.llm.runtime import DecoderSession
 
     sessions = {name: DecoderSession(folder, lib) for name, lib in libs.items()}
-    model = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
-    rng = np.random.default_rng(0)
-    out: dict[str, dict] = {name: {} for name in [*libs, "eager"]}
-    for ctx in contexts:
-        prompt = rng.integers(0, model.config.vocab_size, ctx).tolist()
-        steps = rng.integers(0, model.config.vocab_size, TOKENS).tolist()
-        samplers = _samplers(sessions, model, prompt, steps)
-        names = list(samplers)
-        for fn in samplers.values():
-            fn()  # warm-up
-        samples: dict[str, list[float]] = {n: [] for n in names}
-        for r in range(ROUNDS):
-            k = r % len(names)
-            for name in names[k:] + names[:k]:
-                begin = time.perf_counter()
-                samplers[name]()
-                samples[name].append((time.perf_counter() - begin) / TOKENS * 1e3)
-        for name in names:
-            out[name][str(ctx)] = statistics.median(samples[name])
-    return out
+    return sessions, transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
 
 
-def run_pair(folder: Path, seed: int, index: int, trials: int, contexts: list[int]) -> dict:
+def _interleaved(samplers: dict[str, Any]) -> dict[str, float]:
+    """ms per call of each sampler: a warm-up each, then the median of :data:`ROUNDS` rounds,
+    the order rotated each round."""
+    names = list(samplers)
+    for fn in samplers.values():
+        fn()
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(ROUNDS):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            begin = time.perf_counter()
+            samplers[name]()
+            samples[name].append((time.perf_counter() - begin) * 1e3)
+    return {name: statistics.median(samples[name]) for name in names}
+
+
+def run_pair(
+    folder: Path, seed: int, index: int, trials: int, lengths: list[int], phase: Phase
+) -> dict:
     """Both jobs of seed ``seed`` (order alternating with ``index``), then their timing."""
-    with tempfile.TemporaryDirectory(prefix="tunefarm-matvec-") as tmp:
-        order = alternate(VARIANTS, index)
-        runs = {v: tune_and_build(folder, Path(tmp), v, seed, trials) for v in order}
-        decode = time_decode(folder, {v: Path(r.pop("lib")) for v, r in runs.items()}, contexts)
+    with tempfile.TemporaryDirectory(prefix=f"tunefarm-{phase.name}-") as tmp:
+        order = alternate(phase.variants, index)
+        runs = {v: tune_and_build(folder, Path(tmp), v, seed, trials, phase) for v in order}
+        libs = {v: Path(r.pop("lib")) for v, r in runs.items()}
+        timer = time_decode if phase.timed == "decode" else time_prefill
+        timed = timer(folder, libs, lengths)
+    key = f"{phase.timed}_ms"
     return {
-        "benchmark": BENCHMARK,
+        "benchmark": phase.name,
         "seed": seed,
         **pair_header(),
-        "settings": {"trials": trials, "contexts": contexts, "threads": _threads()},
+        "settings": {"trials": trials, phase.lengths: lengths, "threads": _threads()},
         "order": list(runs),
-        "runs": [runs[v] | {"decode_ms": decode[v]} for v in VARIANTS],
-        "eager_ms": decode["eager"],
+        "runs": [runs[v] | {key: timed[v]} for v in phase.variants],
+        "eager_ms": timed["eager"],
     }
 
 
@@ -176,68 +254,71 @@ def _threads() -> int:
 
 
 def _ratio(pair: dict[str, Any]) -> float:
-    """Decode with the seeds / without: the median over the pair's contexts."""
+    """With the tilings / without: the median over the pair's lengths."""
     seeded, plain = pair["runs"]
-    return statistics.median(
-        seeded["decode_ms"][c] / plain["decode_ms"][c] for c in seeded["decode_ms"]
-    )
+    key = _timed_key(seeded)
+    return statistics.median(seeded[key][c] / plain[key][c] for c in seeded[key])
 
 
-def read_pairs(path: Path) -> list[dict[str, Any]]:
-    """The pairs of this benchmark in a pairs file."""
-    return pairs_of(path, BENCHMARK)
+def _timed_key(run: dict[str, Any]) -> str:
+    return "decode_ms" if "decode_ms" in run else "prefill_ms"
+
+
+def read_pairs(path: Path, benchmark: str = "matvec") -> list[dict[str, Any]]:
+    """The pairs of ``benchmark`` (matvec or gemm) in a pairs file."""
+    return pairs_of(path, benchmark)
 
 
 def table(pairs: list[dict[str, Any]]) -> str:
     """The verdict, then each pair's figures, as markdown."""
+    on, off = (r["variant"] for r in pairs[0]["runs"])
+    key = _timed_key(pairs[0]["runs"][0])
+    timed, length = key.removesuffix("_ms"), "context" if key == "decode_ms" else "prompt"
     j = judge([math.log(_ratio(p)) for p in pairs], TARGET)
     need = f" (~{j.needed} pairs)" if j.verdict == "undecided" and j.needed else ""
     lines = [
-        "| target | pairs | matvec / no-matvec (90% CI) | verdict |",
+        f"| target | pairs | {on} / {off} (90% CI) | verdict |",
         "|---|---|---|---|",
-        f"| decode <= {TARGET}x | {len(pairs)} | {j.interval.ratio:.2f}x "
+        f"| {timed} <= {TARGET}x | {len(pairs)} | {j.interval.ratio:.2f}x "
         f"({j.interval.low:.2f}–{j.interval.high:.2f}) | {j.verdict}{need} |",
         "",
-        "| seed | context | matvec ms | no-matvec ms | eager ms | matvec / eager | wall s |",
+        f"| seed | {length} | {on} ms | {off} ms | eager ms | {on} / eager | wall s |",
         "|---|---|---|---|---|---|---|",
     ]
     for p in pairs:
         seeded, plain = p["runs"]
-        for c, ms in seeded["decode_ms"].items():
+        for c, ms in seeded[key].items():
             lines.append(
-                f"| {p['seed']} | {c} | {ms:.1f} | {plain['decode_ms'][c]:.1f} "
+                f"| {p['seed']} | {c} | {ms:.1f} | {plain[key][c]:.1f} "
                 f"| {p['eager_ms'][c]:.1f} | {ms / p['eager_ms'][c]:.2f}x "
                 f"| {seeded['wall_sec']:.0f} / {plain['wall_sec']:.0f} |"
             )
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks matvec")
+def main(argv: list[str] | None = None, benchmark: str = "matvec") -> int:
+    phase = PHASES[benchmark]
+    parser = argparse.ArgumentParser(prog=f"python -m benchmarks {phase.name}")
     parser.add_argument("--seeds", type=int, default=3, help="Pairs to add.")
     parser.add_argument("--trials", type=int, default=64, help="Each job's trials.")
-    parser.add_argument("--contexts", type=int, nargs="+", default=[64, 1008])
+    parser.add_argument(f"--{phase.lengths}", type=int, nargs="+", default=list(phase.default))
     parser.add_argument("--model", type=Path, help="The decoder folder (made when missing).")
     parser.add_argument("--output", type=Path, help="A new pairs file (.jsonl).")
     parser.add_argument("--resume", type=Path, help="Add pairs to this pairs file.")
     parser.add_argument("--summary", action="store_true", help="Only print FILE's verdict.")
     args = parser.parse_args(argv)
     if args.resume is not None:
-        if not args.resume.is_file():
-            parser.error(f"--resume: no such file {args.resume}")
-        path, pairs = args.resume, read_pairs(args.resume)
-        if pairs:
-            args.trials = pairs[-1]["settings"]["trials"]
-            args.contexts = pairs[-1]["settings"]["contexts"]
+        path, pairs = args.resume, resume(parser, args, phase.name)
     else:
-        path = args.output or RESULTS / f"matvec_{time.strftime('%Y%m%d_%H%M')}.jsonl"
+        path = args.output or RESULTS / f"{phase.name}_{time.strftime('%Y%m%d_%H%M')}.jsonl"
         pairs = []
     if not args.summary:
         folder = args.model or Path(tempfile.gettempdir()) / "tunefarm-qwen2-0.5b"
         make_model(folder)
+        lengths = getattr(args, phase.lengths)
         for _ in range(args.seeds):
             seed = next_seed(pairs, {})
-            pair = run_pair(folder, seed, len(pairs), args.trials, args.contexts)
+            pair = run_pair(folder, seed, len(pairs), args.trials, lengths, phase)
             append_pair(path, pair)
             pairs.append(pair)
             print(json.dumps(pair["runs"]), flush=True)

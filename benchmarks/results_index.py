@@ -219,6 +219,10 @@ def benchmark_and_command(name: str, data: dict[str, Any]) -> tuple[str, str]:
             "matrix-vector tilings first vs not (pairs)",
             f"python -m benchmarks matvec --resume benchmarks/results/{name}",
         ),
+        "gemm": (
+            "matrix-product tilings first vs not (pairs)",
+            f"python -m benchmarks gemm --resume benchmarks/results/{name}",
+        ),
     }
     for key, pair in simple.items():
         if key in name:

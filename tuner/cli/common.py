@@ -229,6 +229,15 @@ MatvecOpt = Annotated[
         "the weight at a time), then searches on from it.",
     ),
 ]
+GemmOpt = Annotated[
+    bool,
+    typer.Option(
+        "--gemm/--no-gemm",
+        help="A CPU kernel that is a matrix product (a prompt's projections) first measures a "
+        "known tiling of one (a column band per core, a 4 x 16 register block), then searches "
+        "on from it.",
+    ),
+]
 SearchOpt = Annotated[
     str,
     typer.Option(
@@ -325,6 +334,7 @@ class TuneOptions:
     siblings: SiblingsOpt = 4
     exchange: ExchangeOpt = False
     matvec: MatvecOpt = True
+    gemm: GemmOpt = True
     time_budget: TimeBudgetOpt = None
     until_converged: UntilConvergedOpt = False
     gain: GainOpt = 0.02
@@ -372,6 +382,7 @@ class TuneOptions:
             siblings=self.siblings,
             exchange=self.exchange,
             matvec=self.matvec,
+            gemm=self.gemm,
             search=search,
             time_budget_sec=self.time_budget_sec,
             until_converged=self.gain if self.until_converged else None,

@@ -215,6 +215,11 @@ def print_tune_summary(console: Console, summary: JobSummary) -> None:
             f"matrix-vector: {search['matvec_tasks']} task(s) first measured a known tiling "
             "of one (--no-matvec: off)"
         )
+    if search.get("gemm_tasks"):
+        console.print(
+            f"matrix product: {search['gemm_tasks']} task(s) first measured a known tiling "
+            "of one (--no-gemm: off)"
+        )
     if search.get("screened"):
         console.print(
             f"screened: {search['screened']} candidate(s) at {search['screen']:g}x their "

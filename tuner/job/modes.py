@@ -96,6 +96,7 @@ def start_actor_search(
         compile_aware=config.compile_aware,
         converge_gain=config.until_converged,
         matvec=config.matvec,
+        gemm=config.gemm,
     )
     search = ActorSearch(
         tasks, target, db, builder, runner, model_spec(config, cost_model), plan, config.trials
@@ -138,6 +139,7 @@ def run_actor_search(
         "sibling_tasks": stats.sibling_tasks,
         "siblings": stats.siblings,
         "matvec_tasks": stats.matvec_tasks,
+        "gemm_tasks": stats.gemm_tasks,
         "prior_tasks": stats.prior_tasks,
         "actor_busy_sec": stats.actor_busy_sec,
         "wait_sec": stats.wait_sec,

@@ -37,6 +37,7 @@ from tuner.pipeline import Task
 from tuner.search.actor import LocalTaskError, RemoteSearchActor, ThreadSearchActor
 from tuner.search.compile_cost import unroll_of_json
 from tuner.search.convergence import DEFAULT_GAIN, ConvergenceConfig, Estimate, estimate
+from tuner.search.gemm import gemm_block
 from tuner.search.matvec import matvec_block
 from tuner.search.recorder import Recorder
 from tuner.search.scheduler import TaskProgress, next_task
@@ -136,6 +137,9 @@ class SearchPlan:
     # a CPU task without records that is a matrix-vector product first measures a known
     # tiling of one (tuner.search.matvec): a decoder's projections at one token
     matvec: bool = False
+    # ... and one that is a matrix product, a known tiling of that (tuner.search.gemm): the
+    # projections of a prompt's tokens
+    gemm: bool = False
 
     def __post_init__(self) -> None:
         if self.host not in HOSTS:
@@ -164,6 +168,7 @@ class SearchStats:
     sibling_tasks: int = 0
     siblings: int = 0
     matvec_tasks: int = 0  # tasks whose first round began with tuner.search.matvec's tilings
+    gemm_tasks: int = 0  # ... with tuner.search.gemm's
     # a compile-aware search's prior: tasks that began with their family's recorded builds
     prior_tasks: int = 0
     actor_busy_sec: float = 0.0  # summed over actors: the search work done off the driver
@@ -255,11 +260,14 @@ class ActorSearch:
             if seeds:  # a restarted actor's task gets none it was sent already
                 self.stats.sibling_tasks += 1
                 self.stats.siblings += len(seeds)
-        matvec = 0
-        cpu = self.target.kind.name == "llvm"
-        if not records and self.plan.matvec and cpu and matvec_block(mod["main"]) is not None:
-            matvec = bench_threads(self.target)
-            self.stats.matvec_tasks += 1
+        tiling = 0
+        if not records and self.target.kind.name == "llvm":
+            if self.plan.matvec and matvec_block(mod["main"]) is not None:
+                self.stats.matvec_tasks += 1
+                tiling = bench_threads(self.target)
+            elif self.plan.gemm and gemm_block(mod["main"]) is not None:
+                self.stats.gemm_tasks += 1
+                tiling = bench_threads(self.target)
         seed = self.plan.seed
         return TaskSpec(
             task_id=task,
@@ -274,7 +282,7 @@ class ActorSearch:
             seeds=tuple(seeds),
             compile_aware=self.plan.compile_aware,
             compile_prior=self._compile_prior(task, mod) if self.plan.compile_aware else (),
-            matvec_threads=matvec,
+            tiling_threads=tiling,
         )
 
     def _compile_prior(self, task: int, mod: Any) -> tuple[tuple[int, float], ...]:

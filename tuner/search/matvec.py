@@ -37,10 +37,9 @@ UNROLL = 64  # the sketch's unroll limit (one of its categorical choices)
 VARIANTS = ((1, 16), (4, 8))
 
 
-def matvec_block(func: tirx.PrimFunc) -> tuple[int, int] | None:
-    """``(N, K)`` when ``func`` is a matrix-vector product, else None: its only reduction block
-    has every spatial extent static and 1 but the last (``N``), then one static reduction
-    (``K``), both at least :data:`MIN_EXTENT`."""
+def product_block(func: tirx.PrimFunc) -> tuple[list[int], int] | None:
+    """``(spatial extents, K)`` when ``func``'s only reduction block is a product: static
+    spatial extents, then one static reduction (``K``) last; else None."""
     found = [
         block
         for block in blocks_in_order(func)
@@ -55,7 +54,18 @@ def matvec_block(func: tirx.PrimFunc) -> tuple[int, int] | None:
     extents = [iv.dom.extent for iv in iters]
     if not all(isinstance(e, tirx.IntImm) for e in extents):
         return None
-    *rows, n, k = (int(e.value) for e in extents)
+    *spatial, k = (int(e.value) for e in extents)
+    return spatial, k
+
+
+def matvec_block(func: tirx.PrimFunc) -> tuple[int, int] | None:
+    """``(N, K)`` when ``func`` is a matrix-vector product, else None: its only reduction block
+    has every spatial extent static and 1 but the last (``N``), then one static reduction
+    (``K``), both at least :data:`MIN_EXTENT`."""
+    found = product_block(func)
+    if found is None:
+        return None
+    (*rows, n), k = found
     if any(r != 1 for r in rows) or n < MIN_EXTENT or k < MIN_EXTENT:
         return None
     return n, k
@@ -68,7 +78,7 @@ def matvec_traces(
     multi-level sketch among ``spaces`` (the task's design spaces); none when ``func`` is not
     a matrix-vector product or no sketch has that form."""
     shape = matvec_block(func)
-    sketch = next((s.trace for s in spaces if _plain_tiling(s.trace, func)), None)
+    sketch = plain_sketch(spaces, func)
     if shape is None or sketch is None:
         return []
     n, k = shape
@@ -78,7 +88,7 @@ def matvec_traces(
         blocks = max(1, threads) * per_thread
         if n % (blocks * lanes) == 0:
             n_tiles = [blocks, 1, n // (blocks * lanes), lanes]
-            out.append(_decided(sketch, n_tiles, [k // rows, rows]))
+            out.append(decided(sketch, [n_tiles, [k // rows, rows]]))
     return out
 
 
@@ -86,24 +96,30 @@ def _tiles(trace: tvm.s_tir.Trace) -> list[Any]:
     return [inst for inst in trace.insts if inst.kind.name == "SamplePerfectTile"]
 
 
-def _plain_tiling(trace: tvm.s_tir.Trace, func: tirx.PrimFunc) -> bool:
-    """Whether ``trace`` is the multi-level sketch without a cache write or an rfactor: one
-    4-level tiling per spatial loop of the block, then a 2-level one of the reduction."""
-    names = {inst.kind.name for inst in trace.insts}
-    if names & {"RFactor", "CacheWrite", "CacheRead"}:
-        return False
-    tiles = [int(inst.attrs[0]) for inst in _tiles(trace)]
-    return len(tiles) >= 2 and tiles[-1] == 2 and all(t == 4 for t in tiles[:-1])
+def plain_sketch(spaces: list[tvm.s_tir.Schedule], func: tirx.PrimFunc) -> Any:
+    """The trace of the multi-level sketch among ``spaces`` without a cache write or an rfactor
+    (one 4-level tiling per spatial loop of the block, then a 2-level one of the reduction);
+    None when there is none."""
+    for space in spaces:
+        trace = space.trace
+        names = {inst.kind.name for inst in trace.insts}
+        if names & {"RFactor", "CacheWrite", "CacheRead"}:
+            continue
+        tiles = [int(inst.attrs[0]) for inst in _tiles(trace)]
+        if len(tiles) >= 2 and tiles[-1] == 2 and all(t == 4 for t in tiles[:-1]):
+            return trace
+    return None
 
 
-def _decided(trace: tvm.s_tir.Trace, n_tiles: list[int], k_tiles: list[int]) -> tvm.s_tir.Trace:
-    """``trace`` with the unit loops untiled, ``N`` and ``K`` tiled as given, unroll
-    :data:`UNROLL` where the sketch offers it."""
-    *ones, n_inst, k_inst = _tiles(trace)
+def decided(trace: tvm.s_tir.Trace, last: list[list[int]]) -> tvm.s_tir.Trace:
+    """``trace`` with its last tilings decided as ``last`` (the loops before them untiled) and
+    unroll :data:`UNROLL` where the sketch offers it."""
+    insts = _tiles(trace)
+    ones, given = insts[: len(insts) - len(last)], insts[len(insts) - len(last) :]
     for inst in ones:
         trace = trace.with_decision(inst, [1] * int(inst.attrs[0]), remove_postproc=True)
-    trace = trace.with_decision(n_inst, n_tiles, remove_postproc=True)
-    trace = trace.with_decision(k_inst, k_tiles, remove_postproc=True)
+    for inst, tiles in zip(given, last, strict=True):
+        trace = trace.with_decision(inst, tiles, remove_postproc=True)
     for inst in trace.insts:
         if inst.kind.name == "SampleCategorical":
             choices = [int(c) for c in inst.attrs[0]]

@@ -20,6 +20,7 @@ from tvm.s_tir.meta_schedule.runner import RunnerResult
 
 from database import shash_of
 from tuner.search.compile_cost import OVERSAMPLE, CompileCosts, pick, unroll_of
+from tuner.search.gemm import gemm_traces
 from tuner.search.matvec import matvec_traces
 
 Rows = tuple[Any, Any, list[str]]  # cost-model training rows: features, seconds, workload keys
@@ -91,9 +92,10 @@ class TaskSpec:
     # a compile-aware search's prior: what its kernel family's recorded builds took,
     # (unroll limit, seconds) each (CompileCosts.prior), so its first round is priced too
     compile_prior: tuple[tuple[int, float], ...] = ()
-    # > 0: a task without records that is a matrix-vector product measures the known tiling
-    # of one for this many cores first (tuner.search.matvec), ahead of the seeds
-    matvec_threads: int = 0
+    # > 0: a task without records that is a matrix-vector or a matrix product measures the
+    # known tilings of one for this many cores first (tuner.search.matvec, tuner.search.gemm),
+    # ahead of the seeds
+    tiling_threads: int = 0
 
 
 class TaskSearch:
@@ -132,8 +134,9 @@ class TaskSearch:
         # seeds not generated yet, by module hash: the spec's (the first round) and those
         # sent mid-job (:meth:`seed`, leading the next round)
         self._first = self._seeded(spec.seeds, set())
-        if spec.matvec_threads and not spec.records:
-            known = matvec_traces(mod["main"], spaces, spec.matvec_threads)
+        if spec.tiling_threads and not spec.records:
+            func, threads = mod["main"], spec.tiling_threads
+            known = matvec_traces(func, spaces, threads) or gemm_traces(func, spaces, threads)
             self._first = {**self._candidates(known, set()), **self._first}
         self._extra: dict[str, Any] = {}
         # the task's compile seconds by unroll limit, from the family's recorded builds first

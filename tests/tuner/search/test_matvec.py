@@ -10,36 +10,12 @@ from typing import Any
 import numpy as np
 import pytest
 import tvm
-from tvm import relax, tirx
-from tvm.script import relax as R
+from tvm import tirx
 
+from tests.tuner.search.products import product_kernel as _kernel
+from tests.tuner.search.products import spaces as _spaces
 from tuner.search.matvec import matvec_block, matvec_traces
 from tuner.search.task import ModelSpec, TaskSearch, TaskSpec
-
-
-def _kernel(rows: int, k: int, n: int, bias: bool = False) -> tvm.IRModule:
-    """The fused kernel Relax makes of ``x[1, rows, k] @ w[k, n] (+ b)``, as a task's module."""
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", R.Tensor((1, rows, k), "float32"))
-    w = relax.Var("w", R.Tensor((k, n), "float32"))
-    b = relax.Var("b", R.Tensor((n,), "float32"))
-    with bb.function("main", [x, w, b] if bias else [x, w]):
-        with bb.dataflow():
-            y = relax.op.matmul(x, w)
-            out = bb.emit_output(bb.emit(relax.op.add(y, b) if bias else y))
-        bb.emit_func_output(out)
-    mod = relax.transform.LegalizeOps()(bb.get())
-    mod = relax.transform.AnnotateTIROpPattern()(mod)
-    mod = relax.transform.FuseTIR()(relax.transform.FuseOps()(mod))
-    (func,) = [f for f in mod.functions.values() if isinstance(f, tirx.PrimFunc)]
-    return tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
-
-
-def _spaces(mod: tvm.IRModule, target: tvm.target.Target) -> list[Any]:
-    from tvm.s_tir import meta_schedule as ms
-
-    ctx = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply")
-    return ctx.clone().generate_design_space()
 
 
 def test_only_a_matrix_vector_product_gets_the_tiling(llvm_target) -> None:
@@ -76,25 +52,26 @@ def _last_tile(trace: Any) -> Any:
     return [i for i in trace.insts if i.kind.name == "SamplePerfectTile"][-1]
 
 
-@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize(("rows", "bias"), [(1, False), (1, True), (16, False), (16, True)])
 def test_a_new_task_measures_them_first_and_they_compute_the_product(
-    llvm_target, bias: bool
+    llvm_target, rows: int, bias: bool
 ) -> None:
     """A search state of a task without records (what a job's first round measures): the
-    tilings lead its first round, built they equal numpy's product; with records, none."""
-    mod = _kernel(1, 256, 128, bias=bias)
+    tilings lead its first round (a matrix-vector product's, or at 16 rows a matrix
+    product's: tuner.search.gemm), built they equal numpy's product; with records, none."""
+    mod = _kernel(rows, 256, 128, bias=bias)
 
     def spec(records: list[Any]) -> TaskSpec:
         return TaskSpec(
             task_id=0, name="mv", mod_json=tvm.ir.save_json(mod), records=records,
-            max_trials=8, per_round=4, population=16, seed=0, matvec_threads=2,
+            max_trials=8, per_round=4, population=16, seed=0, tiling_threads=2,
         )  # fmt: skip
 
     search = TaskSearch(spec([]), llvm_target, ModelSpec("random", seed=0).create(1), threads=1)
     first = search.generate()
     assert first is not None and len(first) == 2  # the two tilings, nothing else in their round
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((1, 1, 256)).astype("float32")
+    x = rng.standard_normal((1, rows, 256)).astype("float32")
     w = rng.standard_normal((256, 128)).astype("float32")
     b = rng.standard_normal(128).astype("float32")
     want = x @ w + (b if bias else 0)
@@ -103,7 +80,7 @@ def test_a_new_task_measures_them_first_and_they_compute_the_product(
         assert '"SamplePerfectTile"' in json.dumps(cand.trace_json)  # mutable by the search
         lib = tvm.tirx.build(tvm.ir.load_json(cand.mod_json), llvm_target)
         args = [tvm.runtime.tensor(a, dev) for a in ((x, w, b) if bias else (x, w))]
-        out = tvm.runtime.tensor(np.zeros((1, 1, 128), "float32"), dev)
+        out = tvm.runtime.tensor(np.zeros((1, rows, 128), "float32"), dev)
         lib["main"](*args, out)
         np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
     search.notify([([1e-3], None), ([2e-3], None)])

@@ -179,10 +179,10 @@ def time_prefill(folder: Path, libs: dict[str, Path], prompts: list[int]) -> dic
     import torch
     from transformers import DynamicCache
 
-    from tuner.llm.bench import cache_kwarg
+    from tuner.llm.bench import cache_kwarg, last_logits_kwargs
 
     sessions, model = _sessions(folder, libs)
-    kw = cache_kwarg(model)
+    kw, last = cache_kwarg(model), last_logits_kwargs(model)
     rng = np.random.default_rng(0)
     out: dict[str, dict] = {}
     for length in prompts:
@@ -194,7 +194,7 @@ def time_prefill(folder: Path, libs: dict[str, Path], prompts: list[int]) -> dic
         def eager(prompt: list[int] = prompt) -> None:
             with torch.no_grad():
                 cache = DynamicCache(config=model.config)
-                model(input_ids=torch.tensor([prompt]), use_cache=True, **{kw: cache})
+                model(input_ids=torch.tensor([prompt]), use_cache=True, **{kw: cache}, **last)
 
         samplers["eager"] = eager
         for name, ms in _interleaved(samplers).items():

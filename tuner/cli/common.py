@@ -234,8 +234,8 @@ GemmOpt = Annotated[
     typer.Option(
         "--gemm/--no-gemm",
         help="A CPU kernel that is a matrix product (a prompt's projections) first measures a "
-        "known tiling of one (a column band per core, a 4 x 16 register block), then searches "
-        "on from it.",
+        "known tiling of one (a column band per core, a register block of half the vector "
+        "registers), then searches on from it.",
     ),
 ]
 SearchOpt = Annotated[

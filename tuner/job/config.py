@@ -76,7 +76,7 @@ class TuneConfig:
     # weight at a time). Only with the pipelined search (not --search driver)
     matvec: bool = True
     # ... and one that is a matrix product (a prompt's projections), a known tiling of that
-    # (tuner.search.gemm: a column band per core, a 4 x 16 register block)
+    # (tuner.search.gemm: a column band per core, half the vector registers accumulating)
     gemm: bool = True
     # a round's fastest candidate, when it beats its task's best, is timed a second time and
     # recorded with both timings (JobRecorder._confirmed): a new best is never one lucky run

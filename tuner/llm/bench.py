@@ -241,6 +241,18 @@ def cache_kwarg(model: Any) -> str:
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
+def last_logits_kwargs(model: Any) -> dict[str, int]:
+    """What ``generate`` passes a model whose forward takes it: ``logits_to_keep=1`` (the head
+    over the last token only); nothing for one that does not."""
+    import inspect
+
+    return (
+        {"logits_to_keep": 1}
+        if "logits_to_keep" in inspect.signature(model.forward).parameters
+        else {}
+    )
+
+
 class _TorchVariant:
     """PyTorch with a cache object: eager with a ``DynamicCache``, as ``generate`` runs it
     (restored by cropping), or transformers' static-cache recipe, as
@@ -253,6 +265,7 @@ class _TorchVariant:
         import torch
 
         self.torch, self.model, self.kw = torch, model, cache_kwarg(model)
+        self.last = last_logits_kwargs(model)
         self.static_len = static_len
         self.fn = model.__call__ if static_len is None else model.get_compiled_call(None)
 
@@ -273,6 +286,7 @@ class _TorchVariant:
                 cache_position=pos,
                 use_cache=True,
                 **{self.kw: cache},
+                **self.last,
             ).logits
         return out[0, -1].float().numpy()
 

@@ -226,6 +226,13 @@ class _Body(nn.Module):
         return final(x), tuple(grown)
 
 
+def _last_token(x: nn.Tensor) -> nn.Tensor:
+    """``x[:, -1:, :]`` for a symbolic length (a gather: a slice's shape would carry a
+    conditional for negative bounds that shape rewriting cannot type)."""
+    n = x.shape[1]
+    return op.take(x, op.arange(n - 1, n, dtype="int32"), axis=1)
+
+
 class Decoder(nn.Module):
     """The whole decoder, one step of ``prompt`` tokens after ``context`` cached ones."""
 
@@ -241,12 +248,15 @@ class Decoder(nn.Module):
         return self.transformer if self.cfg.family == "gpt2" else self.model
 
     def forward(self, input_ids, positions, caches):
-        """``prompt`` new tokens after ``context`` cached ones: logits ``[1, prompt, vocab]`` and
-        the caches grown to ``context + prompt``. Prefill is ``context = 0``, a decode step
-        ``prompt = 1``; ``positions`` are ``context .. context + prompt - 1``; ``caches`` are
-        each layer's K then V, ``[1, context, kv_heads, head_dim]``."""
+        """``prompt`` new tokens after ``context`` cached ones: the last token's logits
+        ``[1, 1, vocab]`` and the caches grown to ``context + prompt``. Prefill is ``context =
+        0``, a decode step ``prompt = 1``; ``positions`` are ``context .. context + prompt - 1``;
+        ``caches`` are each layer's K then V, ``[1, context, kv_heads, head_dim]``. Only the
+        last token's logits: generation reads no other (``generate`` in transformers asks for
+        the same, ``logits_to_keep=1``), and the head over every prompt token would be a
+        quarter of a 0.5B Qwen2's prefill (its 136M-parameter head)."""
         hidden, grown = self._body()(input_ids, positions, caches)
-        return self.lm_head(hidden), grown
+        return self.lm_head(_last_token(hidden)), grown
 
     def spec(self) -> dict:
         """The export spec: ``prompt`` and ``context`` are the symbolic lengths."""

@@ -10,14 +10,16 @@ tiling with rows outside the columns (``i1 > 1``) streams the whole weight once 
 (17 MB from memory sixteen times for a 0.5B decoder's MLP at 64 tokens), and a random
 sample seldom avoids it. :func:`gemm_traces` sets the sketch's decisions to: one column band
 per core (``j0`` = cores), every row inside it (``i0 = i1 = 1``, ``i2 = M / i3``), a register
-block of ``i3 x j3`` accumulators (2 x 32 or 4 x 16 floats: eight AVX2 registers) over
-``k1`` = 32 rows of the weight (a slice of it reused by every row block from L1).
+block of ``i3 x j3`` accumulators (half the vector registers, four vectors wide:
+:func:`register_blocks`) over ``k1`` = 32 rows of the weight (a slice of it reused by every row
+block from L1).
 
-Measured on a 2-core AMD EPYC (Zen 1), 2 threads, float32, GFLOP/s of the 2 x 32 block (the
-4 x 16 one; PyTorch's ``x @ W``; the untuned kernel): ``[64, 896] @ [896, 4864]`` 67 (59; 104;
-1.4), ``[64, 4864] @ [4864, 896]`` 64 (57; 110; 0.7), ``[256, 896] @ [896, 4864]`` 92 (65; 131;
-1.4), ``[16, 896] @ [896, 1152]`` 77 (57; 84; 1.6). The best of 60 random decisions of the same
-sketch reached 52 on the first.
+Measured on a 2-core AMD EPYC (Zen 4, AVX-512), 2 threads, float32, GFLOP/s of the 4 x 64
+block (the 8 x 32 one; PyTorch's ``x @ W``; the untuned kernel): ``[64, 896] @ [896, 4864]``
+96 (83; 127; 1.5), ``[64, 4864] @ [4864, 896]`` 87 (79; 131; 0.6), ``[256, 896] @ [896,
+4864]`` 101 (96; 172; 1.5), ``[16, 896] @ [896, 1152]`` 85 (106; 109; 1.8). The best of 60
+random decisions of the same sketch, compiled for AVX2 (``mcpu`` znver1) on the same machine,
+reached 52 on the first, where the AVX2 blocks (2 x 32, 4 x 16) reached 67 and 59.
 """
 
 from __future__ import annotations
@@ -30,7 +32,26 @@ from tuner.search.matvec import MIN_EXTENT, decided, plain_sketch, product_block
 MIN_ROWS = 8  # fewer rows: a matrix-vector product's tiling is the better start
 DEPTHS = (32, 64, 16, 8, 4, 2, 1)  # rows of the weight per register-block pass: the first
 # that divides K
-BLOCKS = ((2, 32), (4, 16))  # register blocks (rows, columns): eight 8-float registers each
+
+
+def register_blocks(target: tvm.target.Target) -> tuple[tuple[int, int], ...]:
+    """The register blocks (rows, columns) to try on ``target``'s CPU, best first: half its
+    vector registers as accumulators, four vectors wide (AVX-512: 4 x 64 floats; AVX2: 2 x 32;
+    NEON: 4 x 16), then twice the rows at half the width."""
+    from tvm.target import codegen
+
+    def has(feature: str) -> bool:
+        try:
+            return bool(codegen.llvm_cpu_has_features(feature, target))
+        except Exception:  # a target LLVM cannot answer for: the narrowest guess
+            return False
+
+    wide = has("avx512f")
+    lanes = 16 if wide else 8 if has("avx2") or has("avx") else 4
+    arm = "aarch64" in str(target.attrs.get("mtriple", "")) or has("neon")
+    registers = 32 if wide or arm else 16
+    rows = max(1, registers // 8)  # registers / 2 accumulators, 4 vectors a row
+    return (rows, 4 * lanes), (2 * rows, 2 * lanes)
 
 
 def gemm_block(func: tirx.PrimFunc) -> tuple[int, int, int] | None:
@@ -51,11 +72,14 @@ def gemm_block(func: tirx.PrimFunc) -> tuple[int, int, int] | None:
 
 
 def gemm_traces(
-    func: tirx.PrimFunc, spaces: list[tvm.s_tir.Schedule], threads: int
+    func: tirx.PrimFunc,
+    spaces: list[tvm.s_tir.Schedule],
+    threads: int,
+    blocks: tuple[tuple[int, int], ...],
 ) -> list[tvm.s_tir.Trace]:
-    """The register blocks of :data:`BLOCKS` that divide ``M`` and ``N`` (a column band per
-    core) as decisions of the plain multi-level sketch among ``spaces``; none when ``func`` is
-    not a matrix product or no sketch has that form."""
+    """The register ``blocks`` (rows, columns; :func:`register_blocks`) that divide ``M`` and
+    ``N`` (a column band per core) as decisions of the plain multi-level sketch among
+    ``spaces``; none when ``func`` is not a matrix product or no sketch has that form."""
     shape = gemm_block(func)
     sketch = plain_sketch(spaces, func)
     if shape is None or sketch is None:
@@ -64,7 +88,7 @@ def gemm_traces(
     cores = max(1, threads)
     depth = next(d for d in DEPTHS if k % d == 0)
     out = []
-    for rows, cols in BLOCKS:
+    for rows, cols in blocks:
         if m % rows == 0 and n % (cores * cols) == 0:
             m_tiles = [1, 1, m // rows, rows]
             n_tiles = [cores, n // (cores * cols), 1, cols]

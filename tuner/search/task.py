@@ -20,7 +20,7 @@ from tvm.s_tir.meta_schedule.runner import RunnerResult
 
 from database import shash_of
 from tuner.search.compile_cost import OVERSAMPLE, CompileCosts, pick, unroll_of
-from tuner.search.gemm import gemm_traces
+from tuner.search.gemm import gemm_traces, register_blocks
 from tuner.search.matvec import matvec_traces
 
 Rows = tuple[Any, Any, list[str]]  # cost-model training rows: features, seconds, workload keys
@@ -136,7 +136,9 @@ class TaskSearch:
         self._first = self._seeded(spec.seeds, set())
         if spec.tiling_threads and not spec.records:
             func, threads = mod["main"], spec.tiling_threads
-            known = matvec_traces(func, spaces, threads) or gemm_traces(func, spaces, threads)
+            known = matvec_traces(func, spaces, threads) or gemm_traces(
+                func, spaces, threads, register_blocks(target)
+            )
             self._first = {**self._candidates(known, set()), **self._first}
         self._extra: dict[str, Any] = {}
         # the task's compile seconds by unroll limit, from the family's recorded builds first

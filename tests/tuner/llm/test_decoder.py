@@ -40,6 +40,9 @@ def test_folder_loads_as_prefill_and_decode_with_symbolic_lengths(tmp_path: Path
     assert "prompt" in str(model.mod["main"].params[0].ty)
     assert "context" in str(model.mod["main"].params[2].ty)
     assert model.shape_vars == {"prompt": [1, 16, 64, 256], "context": [64]}
+    # the last token's logits only, as generate asks for them (logits_to_keep=1)
+    logits = model.mod["main"].ret_ty.fields[0]
+    assert [int(d) for d in logits.shape][:2] == [1, 1]
 
 
 def test_folder_without_weights_is_one_line_error(tmp_path: Path) -> None:

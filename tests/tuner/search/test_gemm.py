@@ -10,7 +10,7 @@ import tvm
 from tvm import tirx
 
 from tests.tuner.search.products import product_kernel, spaces
-from tuner.search.gemm import gemm_block, gemm_traces
+from tuner.search.gemm import gemm_block, gemm_traces, register_blocks
 
 
 def test_only_a_matrix_product_gets_the_tiling(llvm_target) -> None:
@@ -32,7 +32,7 @@ def test_only_a_matrix_product_gets_the_tiling(llvm_target) -> None:
     total = tvm.te.compute((n, 64), lambda i, j: tvm.te.sum(x[i, r], axis=r), name="t")
     assert gemm_block(tvm.te.create_prim_func([x, total])) is None  # symbolic rows
     decode = product_kernel(1, 128, 64)
-    assert gemm_traces(decode["main"], spaces(decode, llvm_target), threads=2) == []
+    assert gemm_traces(decode["main"], spaces(decode, llvm_target), 2, AVX2) == []
 
 
 def _tilings(trace: Any) -> list[list[int]]:
@@ -40,16 +40,31 @@ def _tilings(trace: Any) -> list[list[int]]:
     return [[int(v) for v in trace.decisions[i]] for i in insts]
 
 
+AVX2 = ((2, 32), (4, 16))
+
+
+def test_register_blocks_fill_half_the_vector_registers() -> None:
+    """Four vectors wide, as many rows as half the registers hold, then twice the rows at half
+    the width: by the target's vector width and register count."""
+
+    def blocks(**attrs: str) -> tuple[tuple[int, int], ...]:
+        return register_blocks(tvm.target.Target({"kind": "llvm", **attrs}))
+
+    assert blocks(mcpu="znver4") == ((4, 64), (8, 32))  # AVX-512: 32 registers of 16 floats
+    assert blocks(mcpu="haswell") == AVX2  # 16 registers of 8 floats
+    assert blocks(mtriple="aarch64-linux-gnu", mcpu="neoverse-n1") == ((4, 16), (8, 8))
+
+
 def test_the_tiling_is_a_column_band_per_core_and_a_register_block(llvm_target) -> None:
-    """Every row inside one column band per core; register blocks 2 x 32 and 4 x 16 floats
+    """Every row inside one column band per core; register blocks of 2 x 32 and 4 x 16 floats
     over 32 rows of the weight (decisions of the sketch, so the search can mutate them)."""
     mod = product_kernel(64, 896, 256)
-    traces = gemm_traces(mod["main"], spaces(mod, llvm_target), threads=2)
+    traces = gemm_traces(mod["main"], spaces(mod, llvm_target), 2, AVX2)
     assert [t[1:] for t in map(_tilings, traces)] == [
         [[1, 1, 32, 2], [2, 4, 1, 32], [28, 32]],
         [[1, 1, 16, 4], [2, 8, 1, 16], [28, 32]],
     ]
     assert all(_tilings(t)[0] == [1, 1, 1, 1] for t in traces)  # the unit batch loop
     odd = product_kernel(18, 100, 96)  # 18 rows: only 2 divides; 96 columns: 2 x 16 does not
-    (one,) = gemm_traces(odd["main"], spaces(odd, llvm_target), threads=3)
+    (one,) = gemm_traces(odd["main"], spaces(odd, llvm_target), 3, AVX2)
     assert _tilings(one)[1:] == [[1, 1, 9, 2], [3, 1, 1, 32], [25, 4]]

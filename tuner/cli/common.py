@@ -224,18 +224,16 @@ MatvecOpt = Annotated[
     bool,
     typer.Option(
         "--matvec/--no-matvec",
-        help="A CPU kernel that is a matrix-vector product (a decoder's projections at one "
-        "token) first measures a known tiling of one (a column block per core, eight rows of "
-        "the weight at a time), then searches on from it.",
+        help="A CPU matrix-vector product (a decoder's projections at one token) first "
+        "measures a known tiling (a column block per core, eight weight rows at a time).",
     ),
 ]
 GemmOpt = Annotated[
     bool,
     typer.Option(
         "--gemm/--no-gemm",
-        help="A CPU kernel that is a matrix product (a prompt's projections) first measures a "
-        "known tiling of one (a column band per core, a register block of half the vector "
-        "registers), then searches on from it.",
+        help="A CPU matrix product (a prompt's projections) first measures a known tiling (a "
+        "column band per core, half the vector registers accumulating).",
     ),
 ]
 SearchOpt = Annotated[

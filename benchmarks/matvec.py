@@ -256,12 +256,13 @@ def _threads() -> int:
 def _ratio(pair: dict[str, Any]) -> float:
     """With the tilings / without: the median over the pair's lengths."""
     seeded, plain = pair["runs"]
-    key = _timed_key(seeded)
+    key = _timed_key(pair)
     return statistics.median(seeded[key][c] / plain[key][c] for c in seeded[key])
 
 
-def _timed_key(run: dict[str, Any]) -> str:
-    return "decode_ms" if "decode_ms" in run else "prefill_ms"
+def _timed_key(pair: dict[str, Any]) -> str:
+    """The runs' timed figure: its phase's, named by the pair's benchmark."""
+    return f"{PHASES[pair['benchmark']].timed}_ms"
 
 
 def read_pairs(path: Path, benchmark: str = "matvec") -> list[dict[str, Any]]:
@@ -272,7 +273,7 @@ def read_pairs(path: Path, benchmark: str = "matvec") -> list[dict[str, Any]]:
 def table(pairs: list[dict[str, Any]]) -> str:
     """The verdict, then each pair's figures, as markdown."""
     on, off = (r["variant"] for r in pairs[0]["runs"])
-    key = _timed_key(pairs[0]["runs"][0])
+    key = _timed_key(pairs[0])
     timed, length = key.removesuffix("_ms"), "context" if key == "decode_ms" else "prompt"
     j = judge([math.log(_ratio(p)) for p in pairs], TARGET)
     need = f" (~{j.needed} pairs)" if j.verdict == "undecided" and j.needed else ""

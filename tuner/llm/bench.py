@@ -236,21 +236,19 @@ class _TvmVariant:
 def cache_kwarg(model: Any) -> str:
     """The forward's name for the cache (``cache`` in transformers >= 5.2x, before it
     ``past_key_values``)."""
-    import inspect
-
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    return "cache" if _forward_takes(model, "cache") else "past_key_values"
 
 
 def last_logits_kwargs(model: Any) -> dict[str, int]:
     """What ``generate`` passes a model whose forward takes it: ``logits_to_keep=1`` (the head
     over the last token only); nothing for one that does not."""
+    return {"logits_to_keep": 1} if _forward_takes(model, "logits_to_keep") else {}
+
+
+def _forward_takes(model: Any, name: str) -> bool:
     import inspect
 
-    return (
-        {"logits_to_keep": 1}
-        if "logits_to_keep" in inspect.signature(model.forward).parameters
-        else {}
-    )
+    return name in inspect.signature(model.forward).parameters
 
 
 class _TorchVariant:

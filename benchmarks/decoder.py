@@ -4,7 +4,8 @@ eager, torch.compile and the memory-bandwidth bound), once per thread count, eac
 every variant side by side in interleaved rounds.
 
 Usage: ``python -m benchmarks decoder [--trials 256] [--threads 1 2] [--arch llama]
-[--name decoder]`` (the results file: ``<date>-<host>-<name>.json``).
+[--name decoder] [--workdir DIR]`` (the results file: ``<date>-<host>-<name>.json``;
+``--workdir`` keeps the model folder, its database and library).
 
 ``--preset qwen2-0.5b``: the issue's target size instead (a random-init Qwen2-0.5B shape, 2 GB
 of float32), tuned at ``prompt=1,64 x context=64,256,1024`` within ``--time-budget``, benched
@@ -15,6 +16,7 @@ build, seconds per token at this size, left out).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -45,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", default="decoder", help="the results file's suffix")
     parser.add_argument("--preset", choices=("qwen2-0.5b",), help="a published model's shape")
     parser.add_argument("--time-budget", default="40m", help="with --preset: the tune's budget")
+    parser.add_argument(
+        "--workdir", type=Path, help="keep the model folder, database and library here"
+    )
     args = parser.parse_args(argv)
     py, tunefarm = sys.executable, str(BIN / "tunefarm")
     runs: list[dict[str, Any]] = []
@@ -60,7 +65,14 @@ def main(argv: list[str] | None = None) -> int:
                      "--trials", str(args.trials)]  # fmt: skip
         bench_args = []
         model = f"examples/make_tiny_decoder.py --arch {args.arch} (hidden 128, 2 layers)"
-    with tempfile.TemporaryDirectory(prefix="tunefarm-decoder-") as tmp:
+    if args.workdir:
+        args.workdir.mkdir(parents=True, exist_ok=True)
+    place = (
+        contextlib.nullcontext(str(args.workdir.resolve()))
+        if args.workdir
+        else tempfile.TemporaryDirectory(prefix="tunefarm-decoder-")
+    )
+    with place as tmp:
         name = args.preset or f"tiny-{args.arch}"
         folder, lib, db = f"{tmp}/{name}", f"{tmp}/model.so", f"sqlite:///{tmp}/t.db"
         make = ["--preset", args.preset] if args.preset else ["--arch", args.arch]

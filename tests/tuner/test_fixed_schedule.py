@@ -1,17 +1,21 @@
 """The fixed CPU schedule of kernels over several symbolic variables
 (:mod:`tuner.symbolic.fixed`): real kernels built and run at many values of both variables,
-their outputs equal to the untuned kernel's; the decoder's build uses it."""
+their outputs equal to numpy's and the untuned kernel's; the decoder's build uses it."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 import pytest
 import tvm
-from tvm import te, tirx
+from tvm import te, tirx, topi
 
-from tuner.symbolic.fixed import reduction_outer
+from tuner.symbolic.fixed import fixed_schedule
 
 VALUES = [(1, 1), (1, 37), (5, 3), (16, 64), (3, 200)]
+# int64 extents, as Relax writes them (an int32 one would put casts in the fused loops' indices)
+HEAD, HEADS = tirx.IntImm("int64", 16), tirx.IntImm("int64", 2)
 
 
 def _two_vars() -> tuple[tirx.Var, tirx.Var]:
@@ -19,63 +23,114 @@ def _two_vars() -> tuple[tirx.Var, tirx.Var]:
 
 
 def _pv() -> tirx.PrimFunc:
-    """``probs @ V`` over both: probs ``[n, m]``, V ``[m, 16]`` (a sum over ``m``)."""
+    """``probs @ V`` over both: probs ``[2, n, m]``, V ``[m, 2, 16]`` (a sum over ``m`` per
+    key head, the cache's layout)."""
     n, m = _two_vars()
-    p = te.placeholder((n, m), name="P")
-    v = te.placeholder((m, 16), name="V")
+    p = te.placeholder((HEADS, n, m), name="P")
+    v = te.placeholder((m, HEADS, HEAD), name="V")
     k = te.reduce_axis((0, m), name="k")
-    out = te.compute((n, 16), lambda i, j: te.sum(p[i, k] * v[k, j], axis=k), name="O")
+    out = te.compute(
+        (HEADS, n, HEAD), lambda h, i, j: te.sum(p[h, i, k] * v[k, h, j], axis=k), name="O"
+    )
     return te.create_prim_func([p, v, out])
 
 
-def _scores() -> tirx.PrimFunc:
-    """``q @ k^T``: a static reduction of 16 innermost, ``m`` spatial."""
+def _masked_scores() -> tirx.PrimFunc:
+    """``(q @ k^T + mask) * scale`` per key head: a static reduction of 16 innermost, ``m``
+    spatial, the causal mask's elementwise steps after it (as the decoder's fused kernel)."""
     n, m = _two_vars()
-    q = te.placeholder((n, 16), name="Q")
-    kt = te.placeholder((16, m), name="K")
-    r = te.reduce_axis((0, 16), name="r")
-    out = te.compute((n, m), lambda i, j: te.sum(q[i, r] * kt[r, j], axis=r), name="S")
-    return te.create_prim_func([q, kt, out])
+    q = te.placeholder((HEADS, n, HEAD), name="Q")
+    k = te.placeholder((m, HEADS, HEAD), name="K")
+    r = te.reduce_axis((0, HEAD), name="r")
+    s = te.compute((HEADS, n, m), lambda h, i, j: te.sum(q[h, i, r] * k[j, h, r], axis=r), name="S")
+    after = te.compute((n, m), lambda i, j: (j > i + m - n).astype("float32"), name="after")
+    mask = te.compute((n, m), lambda i, j: after[i, j] * tirx.const(-1e30, "float32"), name="M")
+    added = te.compute((HEADS, n, m), lambda h, i, j: s[h, i, j] + mask[i, j], name="A")
+    out = te.compute((HEADS, n, m), lambda h, i, j: added[h, i, j] * 0.25, name="O")
+    return te.create_prim_func([q, k, out])
 
 
-def _run(func: tirx.PrimFunc, n: int, m: int, target: tvm.target.Target) -> np.ndarray:
+def _softmax() -> tirx.PrimFunc:
+    n, m = _two_vars()
+    x = te.placeholder((HEADS, n, m), name="X")
+    return te.create_prim_func([x, topi.nn.softmax(x, axis=-1)])
+
+
+def _numpy_pv(p: np.ndarray, v: np.ndarray) -> np.ndarray:
+    return np.einsum("hik,khj->hij", p, v)
+
+
+def _numpy_scores(q: np.ndarray, k: np.ndarray) -> np.ndarray:
+    n, m = q.shape[1], k.shape[0]
+    after = np.arange(m)[None, :] > (np.arange(n)[:, None] + m - n)
+    return (np.einsum("hir,jhr->hij", q, k) + after * np.float32(-1e30)) * np.float32(0.25)
+
+
+def _numpy_softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _run(func: tirx.PrimFunc, n: int, m: int, target: tvm.target.Target) -> list[np.ndarray]:
+    """``func`` built and run at ``n, m`` on random inputs: its inputs and output."""
+    from tvm.sym import Analyzer
+
     lib = tvm.tirx.build(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target)
+    analyzer = Analyzer()
+    for p in func.params:
+        for d in p.shape:
+            for var in tirx.analysis.undefined_vars(d):
+                analyzer.bind(var, tirx.IntImm("int64", {"n": n, "m": m}[var.name]))
     rng = np.random.default_rng(n * 1000 + m)
-    p = rng.standard_normal((n, m)).astype("float32")
-    v = rng.standard_normal((m, 16)).astype("float32")
+    arrays = [
+        rng.standard_normal([int(analyzer.simplify(d)) for d in p.shape]).astype("float32")
+        for p in func.params
+    ]
     dev = tvm.cpu()
-    out = tvm.runtime.tensor(np.zeros((n, 16), "float32"), dev)
-    lib["main"](tvm.runtime.tensor(p, dev), tvm.runtime.tensor(v, dev), out)
-    np.testing.assert_allclose(out.numpy(), p @ v, rtol=1e-4, atol=1e-4)
-    return out.numpy()
+    args = [tvm.runtime.tensor(a, dev) for a in arrays]
+    lib["main"](*args)
+    return [*arrays[:-1], args[-1].numpy()]
 
 
-def test_probs_at_v_gets_the_reduction_outermost_and_stays_exact(llvm_target) -> None:
-    func = _pv()
-    fixed = reduction_outer(func)
-    assert fixed is not None
-    script = fixed.script()
-    assert "T.vectorized" in script and "_init" in script
-    for n, m in VALUES:  # the same sums as the untuned kernel, at every value of both
-        np.testing.assert_allclose(
-            _run(fixed, n, m, llvm_target), _run(func, n, m, llvm_target), rtol=1e-5, atol=1e-5
-        )
+CASES: list[tuple[Callable[[], tirx.PrimFunc], Callable[..., np.ndarray], tuple[str, ...]]] = [
+    (_pv, _numpy_pv, ("parallel over rows", "reduction loop outermost")),
+    (_masked_scores, _numpy_scores, ("elementwise steps inlined", "parallel over rows")),
+    (_softmax, _numpy_softmax, ("parallel over rows",)),
+]
 
 
-def test_kernels_without_the_pattern_are_left_alone() -> None:
-    assert reduction_outer(_scores()) is None  # its reduction is short and static
+@pytest.mark.parametrize(("make", "reference", "steps"), CASES, ids=["pv", "scores", "softmax"])
+def test_the_fixed_schedule_applies_its_steps_and_stays_exact(
+    make, reference, steps, llvm_target
+) -> None:
+    func = make()
+    fixed = fixed_schedule(func)
+    assert fixed is not None and fixed.steps == steps
+    script = fixed.func.script()
+    assert "T.parallel" in script
+    if "reduction loop outermost" in steps:
+        assert "T.vectorized" in script
+    for n, m in VALUES:  # the same sums as the untuned kernel and numpy, at every value
+        *inputs, out = _run(fixed.func, n, m, llvm_target)
+        np.testing.assert_allclose(out, reference(*inputs), rtol=1e-4, atol=1e-4)
+        *_, untuned = _run(func, n, m, llvm_target)
+        np.testing.assert_allclose(out, untuned, rtol=1e-5, atol=1e-5)
+
+
+def test_kernels_without_work_inside_their_rows_are_left_alone() -> None:
     n, m = _two_vars()
-    a = te.placeholder((n, m), name="A")
-    assert (
-        reduction_outer(te.create_prim_func([a, te.compute((n, m), lambda i, j: a[i, j] * 2)]))
-        is None
-    )
+    ramp = te.compute((n + m,), lambda i: i.astype("int32"), name="R")  # an arange
+    assert fixed_schedule(te.create_prim_func([ramp])) is None
+    a = te.placeholder((4, 8), name="A")  # static: no symbolic loop to split over
+    copy = te.compute((4, 8), lambda i, j: a[i, j], name="B")
+    assert fixed_schedule(te.create_prim_func([a, copy])) is None
 
 
 @pytest.mark.slow
-def test_the_decoders_probs_at_v_is_built_with_it(tmp_path, llvm_target) -> None:
-    """A decoder's build reports the fixed schedule on its two-variable ``probs @ V`` (one
-    per layer) and on nothing else; the decoder tests check its tokens equal PyTorch's."""
+def test_the_decoders_two_variable_kernels_are_built_with_it(tmp_path, llvm_target) -> None:
+    """A decoder's build reports the fixed schedule on its two-variable kernels: the
+    reduction outermost on ``probs @ V`` only (one per layer), rows in parallel on the
+    scores, softmax and cache copies; the decoder tests check its tokens equal PyTorch's."""
     from database import Storage
     from tests.tuner.llm.conftest import save_tiny
     from tuner.compile import compile as build
@@ -84,5 +139,9 @@ def test_the_decoders_probs_at_v_is_built_with_it(tmp_path, llvm_target) -> None
     save_tiny("llama", tmp_path / "model")
     db = Storage(f"sqlite:///{tmp_path / 'empty.db'}")
     _, report = build(load_model(tmp_path / "model").mod, llvm_target, db)
-    fixed = [k for k in report.kernels if "reduction loop outermost" in (k.dispatch or "")]
-    assert len(fixed) == 1 and fixed[0].name.startswith("einsum")
+    two = [k for k in report.kernels if "several symbolic variables" in (k.dispatch or "")]
+    outer = [k for k in two if "reduction loop outermost" in k.dispatch]
+    assert len(outer) == 1 and outer[0].name.startswith("einsum")
+    parallel = {k.name.rstrip("0123456789") for k in two if "parallel over rows" in k.dispatch}
+    assert {"einsum", "softmax", "concatenate"} <= parallel
+    assert any("elementwise steps inlined" in k.dispatch for k in two)

@@ -18,7 +18,7 @@ from database import TuneFarmDatabase
 from tuner.pipeline import normalize
 from tuner.symbolic.dispatch.plan import KernelPlan, plan_kernel
 from tuner.symbolic.dispatch.rule import BucketKernel, KernelDispatch
-from tuner.symbolic.fixed import reduction_outer
+from tuner.symbolic.fixed import fixed_schedule
 from tuner.symbolic.padding import CopyKernels, padded_to
 from tuner.symbolic.rangekernel import (
     coefficient,
@@ -462,9 +462,9 @@ def add_dispatch(
                 for d in (getattr(p, "shape", None) or ())
             ):
                 reason = "several symbolic variables"
-                if target.kind.name == "llvm" and (sched := reduction_outer(func)) is not None:
-                    fixed[gv] = sched
-                    reason += "; reduction loop outermost"
+                if target.kind.name == "llvm" and (sched := fixed_schedule(func)) is not None:
+                    fixed[gv] = sched.func
+                    reason += f"; {sched.label}"
                 plans[gv.name_hint] = KernelPlan(KernelDispatch(gv.name_hint, None, reason=reason))
     if fixed:  # the fixed CPU schedule (tuner.symbolic.fixed) of kernels no bucket tunes
         prepared = prepared.clone()

@@ -42,6 +42,10 @@ def generate(
         str | None, typer.Option("--prompt-ids", help="Prompt token ids: 1,2,3.")
     ] = None,
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", min=1)] = 32,
+    threads: Annotated[
+        int | None,
+        typer.Option(min=1, help="CPU threads (default: TVM_NUM_THREADS, else every CPU)."),
+    ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print tokens and timings as JSON.")
     ] = False,
@@ -61,9 +65,9 @@ def generate(
         raise TuneFarmError(f"{model} has no tokenizer: use --prompt-ids")
     else:
         ids = list(tok(prompt)["input_ids"])
-    session = DecoderSession(model, lib)
+    session = DecoderSession(model, lib, threads=threads)
     out = session.generate(ids, max_new_tokens)
-    data = out.as_json()
+    data = {**out.as_json(), "threads": session.threads}
     if tok is not None:
         data["text"] = tok.decode(out.tokens)
     if as_json:
@@ -71,7 +75,8 @@ def generate(
         return
     console.print(data.get("text", " ".join(map(str, out.tokens))), highlight=False)
     console.print(
-        f"prefill {out.prefill_ms:.2f} ms, decode {out.decode_tokens_per_sec:.1f} tokens/s",
+        f"prefill {out.prefill_ms:.2f} ms, decode {out.decode_tokens_per_sec:.1f} tokens/s "
+        f"({session.threads} threads)",
         style="dim",
     )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,9 +55,20 @@ class Generation:
 
 
 class DecoderSession:
-    """A built decoder with its weights on a device, ready to generate."""
+    """A built decoder with its weights on a device, ready to generate. ``threads``: the CPU
+    kernels' thread count (default ``TVM_NUM_THREADS``, else every CPU: TVM's own default on
+    x86 is half of them, one core of a 2-core machine); it takes effect if this process has
+    not run a parallel kernel yet."""
 
-    def __init__(self, folder: Path, lib: Path, device: str = "cpu") -> None:
+    def __init__(
+        self, folder: Path, lib: Path, device: str = "cpu", threads: int | None = None
+    ) -> None:
+        from tuner.bench.timing import bench_threads
+
+        if threads is not None and threads < 1:
+            raise TuneFarmError(f"threads must be at least 1, got {threads}")
+        self.threads = threads or bench_threads()
+        os.environ["TVM_NUM_THREADS"] = str(self.threads)
         if not Path(lib).is_file():
             raise TuneFarmError(f"library not found: {lib} (build it with tunefarm build)")
         self.cfg, _, names = decoder_module(folder)

@@ -4,6 +4,7 @@ PyTorch's ``generate(do_sample=False)`` for Llama, Qwen2, Mistral and GPT-2."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -74,6 +75,7 @@ def test_build_then_generate_equals_torch_greedy(tiny_decoder, tmp_path: Path) -
     lib = tmp_path / "decoder.so"
     built = runner.invoke(app, ["build", str(folder), "-o", str(lib), "--db", db, "--json"])
     assert built.exit_code == 0, built.output
+    threads = int(os.environ.get("TVM_NUM_THREADS") or os.cpu_count() or 1)
     result = runner.invoke(
         app,
         ["generate", str(folder), "--lib", str(lib), "--prompt-ids", ",".join(map(str, PROMPT)),
@@ -88,6 +90,8 @@ def test_build_then_generate_equals_torch_greedy(tiny_decoder, tmp_path: Path) -
     assert data["tokens"] == expected
     assert len(set(expected)) > 3, f"{arch}: a degenerate model proves little"
     assert data["prefill_ms"] > 0 and data["decode_tokens_per_sec"] > 0
+    # every CPU unless TVM_NUM_THREADS says otherwise (TVM's own x86 default: half of them)
+    assert data["threads"] == threads and os.environ["TVM_NUM_THREADS"] == str(threads)
 
     session = DecoderSession(folder, lib)
     logits, cache = session.step(PROMPT[:4], session.empty_cache())

@@ -50,7 +50,16 @@ class FixedSchedule:
 
 
 def fixed_schedule(func: tirx.PrimFunc) -> FixedSchedule | None:
-    """``func`` with the steps of the module docstring that apply; None when none does."""
+    """``func`` with the steps of the module docstring that apply; None when none does, or
+    when a step does not go through on a kernel of another shape (it keeps its generic code:
+    the build never fails for want of this schedule)."""
+    try:
+        return _fixed_schedule(func)
+    except tvm.s_tir.ScheduleError:
+        return None
+
+
+def _fixed_schedule(func: tirx.PrimFunc) -> FixedSchedule | None:
     sch = tvm.s_tir.Schedule(tvm.IRModule({"main": func}))
     steps: list[str] = []
     if _inline_elementwise(sch):
@@ -166,14 +175,17 @@ def _vectorize_and_decompose(sch: tvm.s_tir.Schedule, block: tvm.s_tir.SBlockRV)
 
 
 def _decompose_reductions(sch: tvm.s_tir.Schedule) -> None:
-    """Move each reduction block's initialisation before its first reduction loop."""
+    """Move the initialisation of each reduction block whose reduction loops are its innermost
+    ones before the first of them."""
     for block in _root_blocks(sch):
         if _spatial(sch, block) or sch.get(block).init is None:
             continue
         loops = sch.get_loops(block)
-        iters = sch.get(block).iter_vars
-        first_r = next(i for i, iv in enumerate(iters) if iv.iter_type != tirx.IterVar.DataPar)
-        sch.decompose_reduction(block, loops[len(loops) - len(iters) + first_r])
+        kinds = [iv.iter_type == tirx.IterVar.DataPar for iv in sch.get(block).iter_vars]
+        n_reduce = len(kinds) - kinds.index(False)
+        if any(kinds[-n_reduce:]) or n_reduce > len(loops):
+            continue  # a spatial variable inside the reduction: left as it is
+        sch.decompose_reduction(block, loops[-n_reduce])
 
 
 def _indexes_last(block: tirx.SBlock, var: tirx.Var) -> bool:

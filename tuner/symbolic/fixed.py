@@ -104,8 +104,13 @@ def _inline_elementwise(sch: tvm.s_tir.Schedule) -> bool:
     return changed
 
 
+def _data_par(sch: tvm.s_tir.Schedule, block: tvm.s_tir.SBlockRV) -> list[bool]:
+    """Per block variable, whether it is spatial (else a reduction)."""
+    return [iv.iter_type == tirx.IterVar.DataPar for iv in sch.get(block).iter_vars]
+
+
 def _spatial(sch: tvm.s_tir.Schedule, block: tvm.s_tir.SBlockRV) -> bool:
-    return all(iv.iter_type == tirx.IterVar.DataPar for iv in sch.get(block).iter_vars)
+    return all(_data_par(sch, block))
 
 
 def _parallel_rows(sch: tvm.s_tir.Schedule) -> bool:
@@ -116,8 +121,8 @@ def _parallel_rows(sch: tvm.s_tir.Schedule) -> bool:
     blocks = _root_blocks(sch)
     anchor = next((i for i, b in enumerate(blocks) if not _spatial(sch, b)), len(blocks) - 1)
     loops = sch.get_loops(blocks[anchor])
-    iters = sch.get(blocks[anchor]).iter_vars
-    if len(loops) != len(iters):
+    data_par = _data_par(sch, blocks[anchor])
+    if len(loops) != len(data_par):
         return False
     lead = next(
         (i for i, loop in enumerate(loops) if not isinstance(sch.get(loop).extent, tirx.IntImm)),
@@ -125,7 +130,7 @@ def _parallel_rows(sch: tvm.s_tir.Schedule) -> bool:
     )
     if lead is None or lead == len(loops) - 1:
         return False  # static, or nothing inside the rows (an arange): not worth a thread
-    if any(iv.iter_type != tirx.IterVar.DataPar for iv in iters[: lead + 1]):
+    if not all(data_par[: lead + 1]):
         return False
     for attempt in (sch.copy(), sch):  # the real one only once the trial went through
         try:
@@ -168,9 +173,7 @@ def _vectorize_and_decompose(sch: tvm.s_tir.Schedule, block: tvm.s_tir.SBlockRV)
     initialisation goes before the first reduction loop."""
     loops = sch.get_loops(block)
     sch.vectorize(loops[-1])
-    iters = sch.get(block).iter_vars
-    n_spatial = sum(iv.iter_type == tirx.IterVar.DataPar for iv in iters)
-    n_reduce = len(iters) - n_spatial
+    n_reduce = _data_par(sch, block).count(False)
     sch.decompose_reduction(block, loops[len(loops) - 1 - n_reduce])
 
 
@@ -181,7 +184,7 @@ def _decompose_reductions(sch: tvm.s_tir.Schedule) -> None:
         if _spatial(sch, block) or sch.get(block).init is None:
             continue
         loops = sch.get_loops(block)
-        kinds = [iv.iter_type == tirx.IterVar.DataPar for iv in sch.get(block).iter_vars]
+        kinds = _data_par(sch, block)
         n_reduce = len(kinds) - kinds.index(False)
         if any(kinds[-n_reduce:]) or n_reduce > len(loops):
             continue  # a spatial variable inside the reduction: left as it is

@@ -477,7 +477,7 @@ def bench_decoder(
         ).eval()
     except Exception as err:
         raise TuneFarmError(f"transformers cannot load {folder}: {_one_line(err)}") from None
-    bw = bandwidth or triad_bandwidth(threads)
+    bw = bandwidth or triad_bandwidth(threads, target=target)
     weights = decode_bytes(cfg, load_params(folder, cfg, names), names)
     rng = np.random.default_rng(0)
     errors: dict[str, str] = {}

@@ -3,23 +3,25 @@ task's first round.
 
 A decoder's prefill (and an encoder's every layer) spends its time in ``[M, K] @ [K, N]``
 products with ``M`` the prompt's tokens: compute-bound, so what counts is a register block
-that keeps the FMA units busy and a loop order that reads the weight from memory once. The
-multi-level sketch (``SSRSRS``: ``i0 j0 | i1 j1 | k0 | i2 j2 | k1 | i3 j3``) holds such a
-point, but it is a narrow one: the sketch's parallel loop fuses every outer spatial loop, so a
-tiling with rows outside the columns (``i1 > 1``) streams the whole weight once per row block
-(17 MB from memory sixteen times for a 0.5B decoder's MLP at 64 tokens), and a random
-sample seldom avoids it. :func:`gemm_traces` sets the sketch's decisions to: one column band
-per core (``j0`` = cores), every row inside it (``i0 = i1 = 1``, ``i2 = M / i3``), a register
-block of ``i3 x j3`` accumulators (half the vector registers, four vectors wide:
-:func:`register_blocks`) over ``k1`` = 32 rows of the weight (a slice of it reused by every row
-block from L1).
+that keeps the FMA units busy and a loop order that reads the weight from memory once, in
+runs the hardware prefetcher can follow. The multi-level sketch (``SSRSRS``: ``i0 j0 | i1 j1 |
+k0 | i2 j2 | k1 | i3 j3``) holds such a point, but it is a narrow one: the sketch's parallel
+loop fuses every outer spatial loop, so a tiling with rows outside the columns (``i1 > 1``)
+streams the whole weight once per row block (17 MB from memory sixteen times for a 0.5B
+decoder's MLP at 64 tokens), and a random sample seldom avoids it. :func:`gemm_traces` sets
+the sketch's decisions to: one column band per core (``j0`` = cores), every row inside it
+(``i0 = i1 = 1``, ``i2 = M / i3``), the band's column blocks inside each pass over the weight's
+rows (``j1 = 1``, ``j2`` = blocks), and a register block of ``i3 x j3`` accumulators (half the
+vector registers: :func:`register_blocks`) over ``k1`` = 32 rows of the weight.
 
-Measured on a 2-core AMD EPYC (Zen 4, AVX-512), 2 threads, float32, GFLOP/s of the 4 x 64
-block (the 8 x 32 one; PyTorch's ``x @ W``; the untuned kernel): ``[64, 896] @ [896, 4864]``
-96 (83; 127; 1.5), ``[64, 4864] @ [4864, 896]`` 87 (79; 131; 0.6), ``[256, 896] @ [896,
-4864]`` 101 (96; 172; 1.5), ``[16, 896] @ [896, 1152]`` 85 (106; 109; 1.8). The best of 60
-random decisions of the same sketch, compiled for AVX2 (``mcpu`` znver1) on the same machine,
-reached 52 on the first, where the AVX2 blocks (2 x 32, 4 x 16) reached 67 and 59.
+The column blocks inside the pass matter when the weight comes from memory, as a large
+model's does at every call: a pass then reads 32 whole rows of the band (long runs of
+addresses), where one column block at a time (``j1`` = blocks) read 128 or 256 bytes per row,
+a row apart, which the prefetcher does not follow. Measured on a 2-core Xeon (AVX-512), 2
+threads, float32, the weight cold (one of 30 copies per call), ms (columns outside the pass
+/ inside; PyTorch's ``x @ W``): ``[64, 896] @ [896, 4864]`` 4 x 64: 3.47 / 3.06, 8 x 32: 4.38
+/ 2.82 (2.84); ``[64, 4864] @ [4864, 896]`` 3.55 / 3.49, 4.29 / 3.19 (2.49); ``[256, 896] @
+[896, 4864]`` 10.2 / 10.1, 11.7 / 9.2 (8.2). With the weight hot both orders were within 10%.
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ def gemm_traces(
     blocks: tuple[tuple[int, int], ...],
 ) -> list[tvm.s_tir.Trace]:
     """The register ``blocks`` (rows, columns; :func:`register_blocks`) that divide ``M`` and
-    ``N`` (a column band per core) as decisions of the plain multi-level sketch among
+    ``N`` (a column band per core, its blocks inside each pass over the weight) as decisions of the plain multi-level sketch among
     ``spaces``; none when ``func`` is not a matrix product or no sketch has that form."""
     shape = gemm_block(func)
     sketch = plain_sketch(spaces, func)
@@ -91,6 +93,6 @@ def gemm_traces(
     for rows, cols in blocks:
         if m % rows == 0 and n % (cores * cols) == 0:
             m_tiles = [1, 1, m // rows, rows]
-            n_tiles = [cores, n // (cores * cols), 1, cols]
+            n_tiles = [cores, 1, n // (cores * cols), cols]
             out.append(decided(sketch, [m_tiles, n_tiles, [k // depth, depth]]))
     return out

@@ -56,13 +56,14 @@ def test_register_blocks_fill_half_the_vector_registers() -> None:
 
 
 def test_the_tiling_is_a_column_band_per_core_and_a_register_block(llvm_target) -> None:
-    """Every row inside one column band per core; register blocks of 2 x 32 and 4 x 16 floats
-    over 32 rows of the weight (decisions of the sketch, so the search can mutate them)."""
+    """Every row inside one column band per core, its column blocks inside each pass over the
+    weight; register blocks of 2 x 32 and 4 x 16 floats over 32 rows of the weight (decisions
+    of the sketch, so the search can mutate them)."""
     mod = product_kernel(64, 896, 256)
     traces = gemm_traces(mod["main"], spaces(mod, llvm_target), 2, AVX2)
     assert [t[1:] for t in map(_tilings, traces)] == [
-        [[1, 1, 32, 2], [2, 4, 1, 32], [28, 32]],
-        [[1, 1, 16, 4], [2, 8, 1, 16], [28, 32]],
+        [[1, 1, 32, 2], [2, 1, 4, 32], [28, 32]],
+        [[1, 1, 16, 4], [2, 1, 8, 16], [28, 32]],
     ]
     assert all(_tilings(t)[0] == [1, 1, 1, 1] for t in traces)  # the unit batch loop
     odd = product_kernel(18, 100, 96)  # 18 rows: only 2 divides; 96 columns: 2 x 16 does not

@@ -1,4 +1,4 @@
-"""Vectorizable float32 ``erf`` and ``tanh``, and small integer powers, for LLVM targets
+"""Vectorizable float32 ``erf``, ``tanh`` and ``exp``, and small integer powers, for LLVM targets
 (CPU builds).
 
 TVM lowers ``tirx.erf`` on LLVM targets to a call of libm's scalar ``erff`` per element, which
@@ -16,11 +16,16 @@ keeps libm's ``erff``.
 Eigen's rational ``tanh`` (TVM's ``topi.fast_tanh``: max abs error < 5e-7) and ``pow(x, 2|3)``
 as multiplies, its kernel at s=64 takes 12 us instead of 357 us vectorized. The lowerings
 change code generation only, not the kernels' TIR, so records tuned before stay valid.
-``exp`` stays libm's: softmax range kernels pad with -inf and need ``exp(-inf) = 0`` exactly.
+
+``exp`` too (softmax, SiLU's sigmoid): Cephes' ``expf`` polynomial, within 1.3 ulp, exactly 0
+below ``ln(FLT_MIN)`` as softmax range kernels padded with -inf need. On a 0.5B decoder's
+256-token prefill (2-core Xeon) the gate projection with its SiLU took 12.4 ms a layer with
+libm's ``expf``, 9.9 with this (the product alone: 9.3), and the softmax 2.2 ms, 1.1.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
@@ -59,6 +64,20 @@ _TANH_BETA = (
     2.26843463243900e-03,
     4.89352518554385e-03,
 )
+# Cephes' expf: exp(x) = 2^n * exp(r), n = round(x / ln 2), r = x - n ln 2 (ln 2 in two parts),
+# exp(r) on [-ln 2 / 2, ln 2 / 2] by a degree-7 polynomial
+_EXP_POLY = (
+    1.9875691500e-4,
+    1.3981999507e-3,
+    8.3334519073e-3,
+    4.1665795894e-2,
+    1.6666665459e-1,
+    5.0000001201e-1,
+)
+_LN2_HI, _LN2_LO = 0.693359375, -2.12194440e-4
+_LOG2E = 1.44269504088896341
+_EXP_LO = -87.3365478515625  # exp below: 0 (libm: a denormal of at most 1.2e-38)
+_EXP_HI = 88.72283935546875  # above: inf, as libm
 _POWERS = (2.0, 3.0)  # exponents lowered to multiplies
 _installed = False
 
@@ -84,6 +103,35 @@ def fast_tanh(call: Any) -> Any:
     x = tirx.max(tirx.min(call.args[0], c(9.0)), c(-9.0))
     x2 = x * x
     return x * _horner(_TANH_ALPHA, x2, c) / _horner(_TANH_BETA, x2, c)
+
+
+def fast_exp(call: Any) -> Any:
+    """The lowering of one ``tirx.exp`` call: Cephes' polynomial for float32 (scalar or vector:
+    LLVM's ``exp`` intrinsic is a libm call per element), exactly 0 below ``ln(FLT_MIN)`` (so
+    ``exp(-inf) = 0`` as a softmax padded with -inf needs), inf above ``ln(FLT_MAX)``, NaN for
+    NaN; the call unchanged for other dtypes."""
+    dtype = str(call.ty)
+    if not dtype.startswith("float32"):
+        return call
+    itype = dtype.replace("float32", "int32")
+
+    def c(value: float) -> Any:
+        return tirx.const(value, dtype)
+
+    x = call.args[0]
+    xc = tirx.max(tirx.min(x, c(_EXP_HI)), c(_EXP_LO))
+    n = tirx.floor(xc * c(_LOG2E) + c(0.5))
+    r = xc - n * c(_LN2_HI) - n * c(_LN2_LO)
+    p = _horner(_EXP_POLY, r, c) * r * r + r + c(1.0)
+    def power_of_two(k: Any) -> Any:  # 2^k for an integer k in [-126, 127]
+        biased = tirx.Cast(itype, k) + tirx.const(127, itype)
+        return tirx.reinterpret(dtype, tirx.shift_left(biased, tirx.const(23, itype)))
+
+    half = tirx.floor(n * c(0.5))  # 2^n as 2^half * 2^(n - half): n reaches 128 near ln(FLT_MAX)
+    out = p * power_of_two(half) * power_of_two(n - half)
+    out = tirx.Select(x < c(_EXP_LO), c(0.0), out)
+    out = tirx.Select(x > c(_EXP_HI), c(math.inf), out)
+    return tirx.Select(tirx.isnan(x), x, out)
 
 
 def _constant(expr: Any) -> float | None:
@@ -142,7 +190,12 @@ def install() -> bool:
     if os.environ.get("TUNEFARM_PRECISE_MATH") == "1":
         return False
     if not _installed:
-        for op, f in (("tirx.erf", fast_erf), ("tirx.tanh", fast_tanh), ("tirx.pow", small_power)):
+        for op, f in (
+            ("tirx.erf", fast_erf),
+            ("tirx.tanh", fast_tanh),
+            ("tirx.pow", small_power),
+            ("tirx.exp", fast_exp),
+        ):
             tirx.op.register_intrin_lowering(op, target="llvm", f=_or_else(f, op), level=99)
         _installed = True
     return True

@@ -123,6 +123,7 @@ def fast_exp(call: Any) -> Any:
     n = tirx.floor(xc * c(_LOG2E) + c(0.5))
     r = xc - n * c(_LN2_HI) - n * c(_LN2_LO)
     p = _horner(_EXP_POLY, r, c) * r * r + r + c(1.0)
+
     def power_of_two(k: Any) -> Any:  # 2^k for an integer k in [-126, 127]
         biased = tirx.Cast(itype, k) + tirx.const(127, itype)
         return tirx.reinterpret(dtype, tirx.shift_left(biased, tirx.const(23, itype)))

@@ -81,7 +81,8 @@ def gemm_traces(
 ) -> list[tvm.s_tir.Trace]:
     """The register ``blocks`` (rows, columns; :func:`register_blocks`) that divide ``M`` and
     ``N`` (a column band per core, its blocks inside each pass over the weight) as decisions of
-    the plain multi-level sketch among ``spaces``; none when ``func`` is not a matrix product or no sketch has that form."""
+    the plain multi-level sketch among ``spaces``; none when ``func`` is not a matrix product
+    or no sketch has that form."""
     shape = gemm_block(func)
     sketch = plain_sketch(spaces, func)
     if shape is None or sketch is None:

@@ -17,7 +17,13 @@ from tuner.model import load_model
 from tuner.pipeline import normalize, prepare
 from tuner.planner import Planner
 from tuner.symbolic.dispatch.emit import add_dispatch
-from tuner.symbolic.dispatch.rule import BucketKernel, KernelDispatch, PadBuffer, choose_intervals
+from tuner.symbolic.dispatch.rule import (
+    BucketKernel,
+    KernelDispatch,
+    PadBuffer,
+    choose_intervals,
+    pick_kernel,
+)
 from tuner.symbolic.profile import ShapeProfile
 from tuner.symbolic.rangekernel import (
     kernel_class,
@@ -132,6 +138,22 @@ def test_dispatch_intervals_scale_by_work_degree_and_prefer_static_on_ties() -> 
     tiny = BucketKernel(16, 1, "k_n16", "exact", 8e-6)
     got = [(upper, bk and bk.name) for upper, bk in choose_intervals((tiny,), ((16, 16e-6),))]
     assert got == [(6, None), (16, "k_n16")]
+
+
+def test_the_generic_time_measured_at_a_value_is_not_undercut_by_a_larger_bucket() -> None:
+    """A decode step's k/v projection (0.5B Qwen2), memory-bound at one row: generic 118 us at
+    prompt 1 and 5.1 ms at 256 (20 us a row, scaled down); the kernel tuned at 1 took 22.5 us.
+    At 1 the generic kernel's own time counts (the kernel tuned there serves), not 256's
+    scaled by 1/256; between buckets the scaled least still does."""
+    tuned1 = BucketKernel(1, 1, "k_p1_static", "exact", 22.5e-6, static=True)
+    tuned256 = BucketKernel(256, 64, "k_p256", "exact", 2.0e-3)
+    generic = ((1, 118e-6), (256, 5.1e-3))
+    assert pick_kernel((tuned1, tuned256), generic, 1, (), 1) is tuned1
+    # at 100 (no bucket): the generic 256 time scaled, 1.99 ms, against the range kernel's
+    # 128 padded rows, 1.0 ms; a range kernel no faster than 2.5 ms leaves 100 to generic
+    assert pick_kernel((tuned1, tuned256), generic, 1, (), 100) is tuned256
+    slow256 = BucketKernel(256, 64, "k_p256", "exact", 5.0e-3)  # no faster than generic
+    assert pick_kernel((tuned1, slow256), generic, 1, (), 100) is None
 
 
 def test_an_exact_static_kernel_serves_its_own_bucket_unpadded() -> None:

@@ -4,10 +4,11 @@ Rule (documented in docs/symbolic-shapes.md): for a kernel whose only symbolic v
 ``v``, with tuned buckets ``b1 < b2 < ... < bk``, a call with runtime value ``v <= bk`` runs
 the kernel of least estimated time at ``v``:
 
-- the generic kernel (untuned default schedule, symbolic): its time measured at the smallest
-  bucket ``B >= v`` (every tune times each kernel's generic code at each bucket's shapes;
-  databases tuned before have the static default schedule's time, a lower bound), scaled by
-  the work at ``v``: ``generic_sec(B) * (v / B) ** d``; it pads nothing and copies nothing;
+- the generic kernel (untuned default schedule, symbolic): its time measured at ``v`` where
+  ``v`` is a bucket, else the least over buckets ``B >= v`` of ``generic_sec(B) * (v / B) **
+  d``, its time there scaled by the work at ``v`` (every tune times each kernel's generic code
+  at each bucket's shapes; databases tuned before have the static default schedule's time, a
+  lower bound); it pads nothing and copies nothing;
 - a bucket's kernel: its measured time at its bucket (a range kernel's own, timed by the tune
   at the bucket, :mod:`tuner.job.probes`; else its static kernel's), scaled by the work
   at ``v`` padded to its tile (a static kernel: always its bucket's time), **plus the cost of

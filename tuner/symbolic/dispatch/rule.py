@@ -203,8 +203,9 @@ def choose_intervals(
     own bucket, scaled by the work it does at ``v`` (``v`` padded to its tile) but not below
     :data:`CALL_FLOOR_SEC`, plus what its branch spends padding ``buffers`` and slicing the
     output (:func:`pad_overhead`). The generic kernel, where its time at some bucket was
-    recorded (the untuned default is measured by every tune), costs the least, over the
-    buckets ``B >= v``, of its time at ``B`` scaled by the work at ``v`` (it pads nothing).
+    recorded (the untuned default is measured by every tune), costs its time at ``v`` where
+    ``v`` is such a bucket, else the least, over the buckets ``B >= v``, of its time at ``B``
+    scaled by the work at ``v`` (it pads nothing).
     Each is a lower bound (fixed costs do not shrink with ``v``), and the least of them
     discounts one inflated measurement, so the estimate errs toward the generic kernel, the
     untuned build's own. (Buckets below ``v`` do not count: the untuned ``probs @ V`` ran at
@@ -254,8 +255,12 @@ def pick_kernel(
     ):
         best = exact
     if generic:
+        at_v = [t for b, t in generic if b == v]
         above = [(b, t) for b, t in generic if b >= v] or list(generic[-1:])
-        cost = min(sec * (v / value) ** degree for value, sec in above)
+        # measured at v itself: that time, not another bucket's scaled down (a decode step's
+        # k/v projection, memory-bound, ran 118 us generic at prompt 1, where its time at 256
+        # scaled by 1/256 said 20 us and took it from the 22 us kernel tuned at 1)
+        cost = at_v[0] if at_v else min(sec * (v / value) ** degree for value, sec in above)
         if cost <= GENERIC_MARGIN * best.cost(v, degree, buffers):
             return None
     return best

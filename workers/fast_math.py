@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from typing import Any
 
 from tvm import tirx
@@ -90,16 +91,21 @@ def _horner(coefs: tuple[float, ...], x2: Any, c: Any) -> Any:
     return out
 
 
+def _float32_constants(call: Any) -> Callable[[float], Any] | None:
+    """A maker of constants of ``call``'s type (scalar or vector) when it is float32; None
+    otherwise (the lowering then leaves the call as it is)."""
+    dtype = str(call.ty)
+    if not dtype.startswith("float32"):
+        return None
+    return lambda value: tirx.const(value, dtype)
+
+
 def fast_tanh(call: Any) -> Any:
     """The lowering of one ``tirx.tanh`` call: Eigen's rational approximation for float32
     (scalar or vector), the call unchanged otherwise."""
-    dtype = str(call.ty)
-    if not dtype.startswith("float32"):
+    c = _float32_constants(call)
+    if c is None:
         return call
-
-    def c(value: float) -> Any:
-        return tirx.const(value, dtype)
-
     x = tirx.max(tirx.min(call.args[0], c(9.0)), c(-9.0))
     x2 = x * x
     return x * _horner(_TANH_ALPHA, x2, c) / _horner(_TANH_BETA, x2, c)
@@ -110,14 +116,11 @@ def fast_exp(call: Any) -> Any:
     LLVM's ``exp`` intrinsic is a libm call per element), exactly 0 below ``ln(FLT_MIN)`` (so
     ``exp(-inf) = 0`` as a softmax padded with -inf needs), inf above ``ln(FLT_MAX)``, NaN for
     NaN; the call unchanged for other dtypes."""
-    dtype = str(call.ty)
-    if not dtype.startswith("float32"):
+    c = _float32_constants(call)
+    if c is None:
         return call
+    dtype = str(call.ty)
     itype = dtype.replace("float32", "int32")
-
-    def c(value: float) -> Any:
-        return tirx.const(value, dtype)
-
     x = call.args[0]
     xc = tirx.max(tirx.min(x, c(_EXP_HI)), c(_EXP_LO))
     n = tirx.floor(xc * c(_LOG2E) + c(0.5))
@@ -158,15 +161,10 @@ def small_power(call: Any) -> Any:
 def fast_erf(call: Any) -> Any:
     """The lowering of one ``tirx.erf`` call: the polynomial for float32 (scalar or vector),
     the call unchanged otherwise (TVM's rule then applies)."""
-    dtype = str(call.ty)
-    if not dtype.startswith("float32"):
+    c = _float32_constants(call)
+    if c is None:
         return call
-    x = call.args[0]
-
-    def c(value: float) -> Any:
-        return tirx.const(value, dtype)
-
-    x = tirx.max(tirx.min(x, c(4.0)), c(-4.0))
+    x = tirx.max(tirx.min(call.args[0], c(4.0)), c(-4.0))
     x2 = x * x
     return _horner(_ALPHA, x2, c) * x / _horner(_BETA, x2, c)
 

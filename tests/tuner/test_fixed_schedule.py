@@ -13,7 +13,7 @@ from tvm import te, tirx, topi
 
 from tuner.symbolic.fixed import fixed_schedule
 
-VALUES = [(1, 1), (1, 37), (5, 3), (16, 64), (3, 200)]
+VALUES = [(1, 1), (1, 37), (5, 3), (16, 64), (3, 200), (70, 129)]
 # int64 extents, as Relax writes them (an int32 one would put casts in the fused loops' indices)
 HEAD, HEADS = tirx.IntImm("int64", 16), tirx.IntImm("int64", 2)
 
@@ -50,6 +50,22 @@ def _masked_scores() -> tirx.PrimFunc:
     return te.create_prim_func([q, k, out])
 
 
+def _scores() -> tirx.PrimFunc:
+    """``q @ k^T`` alone, batch first, keys ``[batch, m, heads, 16]`` (the cache's layout):
+    the scores are the output, no step after them."""
+    n, m = _two_vars()
+    one = tirx.IntImm("int64", 1)
+    q = te.placeholder((one, HEADS, n, HEAD), name="Q")
+    k = te.placeholder((one, m, HEADS, HEAD), name="K")
+    r = te.reduce_axis((0, HEAD), name="r")
+    s = te.compute(
+        (one, HEADS, n, m),
+        lambda b, h, i, j: te.sum(q[b, h, i, r] * k[b, j, h, r], axis=r),
+        name="S",
+    )
+    return te.create_prim_func([q, k, s])
+
+
 def _softmax() -> tirx.PrimFunc:
     n, m = _two_vars()
     x = te.placeholder((HEADS, n, m), name="X")
@@ -64,6 +80,10 @@ def _numpy_scores(q: np.ndarray, k: np.ndarray) -> np.ndarray:
     n, m = q.shape[1], k.shape[0]
     after = np.arange(m)[None, :] > (np.arange(n)[:, None] + m - n)
     return (np.einsum("hir,jhr->hij", q, k) + after * np.float32(-1e30)) * np.float32(0.25)
+
+
+def _numpy_bare_scores(q: np.ndarray, k: np.ndarray) -> np.ndarray:
+    return np.einsum("bhir,bjhr->bhij", q, k)
 
 
 def _numpy_softmax(x: np.ndarray) -> np.ndarray:
@@ -94,12 +114,15 @@ def _run(func: tirx.PrimFunc, n: int, m: int, target: tvm.target.Target) -> list
 
 CASES: list[tuple[Callable[[], tirx.PrimFunc], Callable[..., np.ndarray], tuple[str, ...]]] = [
     (_pv, _numpy_pv, ("parallel over rows", "reduction loop outermost")),
-    (_masked_scores, _numpy_scores, ("elementwise steps inlined", "parallel over rows")),
+    (_masked_scores, _numpy_scores, ("elementwise steps inlined", "scores in key tiles")),
+    (_scores, _numpy_bare_scores, ("scores in key tiles",)),
     (_softmax, _numpy_softmax, ("parallel over rows",)),
 ]
 
 
-@pytest.mark.parametrize(("make", "reference", "steps"), CASES, ids=["pv", "scores", "softmax"])
+@pytest.mark.parametrize(
+    ("make", "reference", "steps"), CASES, ids=["pv", "scores", "bare-scores", "softmax"]
+)
 def test_the_fixed_schedule_applies_its_steps_and_stays_exact(
     make, reference, steps, llvm_target
 ) -> None:
@@ -108,7 +131,7 @@ def test_the_fixed_schedule_applies_its_steps_and_stays_exact(
     assert fixed is not None and fixed.steps == steps
     script = fixed.func.script()
     assert "T.parallel" in script
-    if "reduction loop outermost" in steps:
+    if "reduction loop outermost" in steps or "scores in key tiles" in steps:
         assert "T.vectorized" in script
     for n, m in VALUES:  # the same sums as the untuned kernel and numpy, at every value
         *inputs, out = _run(fixed.func, n, m, llvm_target)
@@ -129,8 +152,8 @@ def test_kernels_without_work_inside_their_rows_are_left_alone() -> None:
 @pytest.mark.slow
 def test_the_decoders_two_variable_kernels_are_built_with_it(tmp_path, llvm_target) -> None:
     """A decoder's build reports the fixed schedule on its two-variable kernels: the
-    reduction outermost on ``probs @ V`` only (one per layer), rows in parallel on the
-    scores, softmax and cache copies; the decoder tests check its tokens equal PyTorch's."""
+    reduction outermost on ``probs @ V`` only (one per layer), key tiles on the masked
+    scores, rows in parallel on softmax and cache copies; the decoder tests check its tokens equal PyTorch's."""
     from database import Storage
     from tests.tuner.llm.conftest import save_tiny
     from tuner.compile import compile as build
@@ -145,3 +168,5 @@ def test_the_decoders_two_variable_kernels_are_built_with_it(tmp_path, llvm_targ
     parallel = {k.name.rstrip("0123456789") for k in two if "parallel over rows" in k.dispatch}
     assert {"einsum", "softmax", "concatenate"} <= parallel
     assert any("elementwise steps inlined" in k.dispatch for k in two)
+    tiled = [k for k in two if "scores in key tiles" in k.dispatch]  # the masked scores
+    assert len(tiled) == 1 and tiled[0].name.startswith("fused_einsum")

@@ -35,6 +35,9 @@ import tvm
 from tvm import tirx
 
 MAX_LANES = 64  # the innermost static spatial extent vectorized whole (a head dimension)
+KEY_TILE = 64  # keys per tile of the scores (one transposed tile: 64 x head dimension floats)
+ROW_TILE = 64  # query rows per tile of the scores (each reuses the tile)
+MAX_DOT = 256  # the longest static reduction (head dimension) the scores' tiling takes
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,9 @@ def _fixed_schedule(func: tirx.PrimFunc) -> FixedSchedule | None:
     if _inline_elementwise(sch):
         steps.append("elementwise steps inlined")
     reorders = [b for b in _root_blocks(sch) if _reorder(sch, b)]
-    if _parallel_rows(sch):
+    if _key_tiles(sch):
+        steps.append("scores in key tiles")
+    elif _parallel_rows(sch):
         steps.append("parallel over rows")
     for block in reorders:  # after the parallel loop: it needs the reduction undecomposed
         _vectorize_and_decompose(sch, block)
@@ -143,6 +148,86 @@ def _parallel_rows(sch: tvm.s_tir.Schedule) -> bool:
         except tvm.s_tir.ScheduleError:
             return False
     return True
+
+
+def _key_tiles(sch: tvm.s_tir.Schedule) -> bool:
+    """Schedule a ``q @ k^T`` block (a short static reduction innermost, a symbolic spatial
+    axis, the keys, just outside it) as products of tiles, exact at every length; whether the
+    kernel has the pattern (else the schedule is unchanged).
+
+    The keys are padded to a multiple of :data:`KEY_TILE` (``pad_einsum``: the sums of the
+    padding are computed on zeros and never stored), so no key loop has a tail. Per tile of
+    :data:`ROW_TILE` rows (batch, heads and row tiles fused in parallel) and ``KEY_TILE`` keys,
+    the keys are copied transposed into a contiguous ``dot x KEY_TILE`` buffer; each row's sum
+    runs over the dot product outside a vectorized loop over the tile's keys; the blocks after
+    the scores (mask, scale) follow the tile."""
+    blocks = _root_blocks(sch)
+    first = next((i for i, b in enumerate(blocks) if not _spatial(sch, b)), None)
+    if first != 0:
+        return False
+    kinds = _data_par(sch, blocks[0])
+    loops = sch.get_loops(blocks[0])
+    if len(loops) != len(kinds) or len(kinds) < 3 or kinds[-1] or not all(kinds[:-1]):
+        return False
+    dot, keys = (sch.get(loop).extent for loop in loops[-2:][::-1])
+    if not isinstance(dot, tirx.IntImm) or int(dot) > MAX_DOT or isinstance(keys, tirx.IntImm):
+        return False
+    for attempt in (sch.copy(), sch):  # the real one only once the trial went through
+        try:
+            _tile_keys(attempt, len(kinds))
+        except (tvm.s_tir.ScheduleError, ValueError):
+            return False
+    return True
+
+
+def _tile_keys(sch: tvm.s_tir.Schedule, n_loops: int) -> None:
+    """:func:`_key_tiles`' steps on a kernel that has the pattern; raises where one fails."""
+    name = sch.get(_root_blocks(sch)[0]).name_hint
+    sch.pad_einsum(name, [1] * (n_loops - 2) + [KEY_TILE, 1])
+    scores = sch.get_sblock(name)
+    block = sch.get(scores)
+    j_var, d_var = (iv.var for iv in block.iter_vars[-2:])
+    keyed = [r for r in block.reads if any(_uses(rng.min, j_var) for rng in r.region)]
+    if len(block.reads) != 2 or len(keyed) != 1:
+        raise ValueError("not a product of rows and keys")
+    index = [rng.min for rng in keyed[0].region]
+    if not (index[-1].same_as(d_var) and sum(_uses(i, j_var) for i in index) == 1):
+        raise ValueError("the keys' operand is not indexed by key, then dot")
+    at_j = next(i for i, e in enumerate(index) if _uses(e, j_var))
+    blocks = _root_blocks(sch)
+    padded = [b for b in blocks if sch.get(b).writes[0].source.same_as(keyed[0].source)]
+    if len(padded) != 1:
+        raise ValueError("the keys were not padded")
+    names = [sch.get(b).name_hint for b in blocks]
+    after = blocks[names.index(name) + 1 :]
+    trim = after[0]  # pad_einsum's copy of the padded scores into the unpadded ones
+    try:
+        sch.compute_inline(trim)
+        after = after[1:]
+    except tvm.s_tir.ScheduleError:
+        pass  # the scores are the output: the copy stays, under the tile
+    *outer, rows, keys, dot = sch.get_loops(scores)
+    row_o, row_i = sch.split(rows, [None, ROW_TILE])
+    key_o, key_i = sch.split(keys, [None, KEY_TILE])
+    sch.reorder(*outer, row_o, key_o, row_i, dot, key_i)
+    sch.parallel(sch.fuse(*outer, row_o))
+    sch.compute_at(padded[0], key_o)
+
+    def transposed(*v: tirx.PrimExpr) -> list[tirx.PrimExpr]:  # (.., key, .., dot) -> (.., dot, key)
+        rest = [e for i, e in enumerate(v[:-1]) if i != at_j]
+        return [*rest, v[at_j] // KEY_TILE, v[-1], v[at_j] % KEY_TILE]
+
+    sch.transform_layout(padded[0], ("write", 0), transposed)
+    for later in after:
+        sch.reverse_compute_at(later, key_o)
+        sch.vectorize(sch.get_loops(later)[-1])
+    sch.vectorize(key_i)
+    init = sch.decompose_reduction(scores, dot)
+    sch.vectorize(sch.get_loops(init)[-1])
+
+
+def _uses(expr: tirx.PrimExpr, var: tirx.Var) -> bool:
+    return any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr))
 
 
 def _reorder(sch: tvm.s_tir.Schedule, block: tvm.s_tir.SBlockRV) -> bool:

@@ -153,7 +153,8 @@ def test_kernels_without_work_inside_their_rows_are_left_alone() -> None:
 def test_the_decoders_two_variable_kernels_are_built_with_it(tmp_path, llvm_target) -> None:
     """A decoder's build reports the fixed schedule on its two-variable kernels: the
     reduction outermost on ``probs @ V`` only (one per layer), key tiles on the masked
-    scores, rows in parallel on softmax and cache copies; the decoder tests check its tokens equal PyTorch's."""
+    scores, rows in parallel on softmax and cache copies; the decoder tests check its tokens
+    equal PyTorch's."""
     from database import Storage
     from tests.tuner.llm.conftest import save_tiny
     from tuner.compile import compile as build

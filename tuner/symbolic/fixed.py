@@ -213,7 +213,7 @@ def _tile_keys(sch: tvm.s_tir.Schedule, n_loops: int) -> None:
     sch.parallel(sch.fuse(*outer, row_o))
     sch.compute_at(padded[0], key_o)
 
-    def transposed(*v: tirx.PrimExpr) -> list[tirx.PrimExpr]:  # (.., key, .., dot) -> (.., dot, key)
+    def transposed(*v: tirx.PrimExpr) -> list[tirx.PrimExpr]:  # (key, dot) -> (dot, key)
         rest = [e for i, e in enumerate(v[:-1]) if i != at_j]
         return [*rest, v[at_j] // KEY_TILE, v[-1], v[at_j] % KEY_TILE]
 

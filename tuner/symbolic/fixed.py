@@ -3,7 +3,7 @@
 The dispatch tunes a kernel per bucket of one variable; a kernel over two (a decoder's
 attention over the prompt and the context: the scores, their softmax, the weighted sum of
 values, the cache's concatenation) would run its untuned code, serial and as the operators
-wrote it. Three steps no tuning is needed to see, each exact for every value of every variable
+wrote it. Four steps no tuning is needed to see, each exact for every value of every variable
 (the same sums, each in the same order), make it :func:`fixed_schedule`:
 
 - **Elementwise steps inlined**: a block with one consumer that only maps elements (the causal
@@ -17,9 +17,13 @@ wrote it. Three steps no tuning is needed to see, each exact for every value of 
   long symbolic axis (the context) with a short static spatial axis innermost (the head
   dimension): the untuned loop reads ``V`` a column at a time, one accumulator per output; with
   the reduction loops moved out of that spatial loop, the inner loop walks rows of ``V`` and a
-  row of accumulators with unit stride, vectorized. The scores ``q @ k^T`` (a short static
-  reduction innermost, the context as the spatial axis) keep their order: LLVM vectorizes their
-  dot products, and moving the reduction out would re-read the whole output row per step.
+  row of accumulators with unit stride, vectorized.
+- **Scores in key tiles** for ``q @ k^T`` (a short static reduction innermost, the keys as the
+  spatial axis outside it), instead of parallel rows (:func:`_key_tiles`): a product of a
+  tile of rows and a transposed, contiguous tile of keys, vectorized over the keys, the keys
+  padded so no loop has a tail. A dot product per key, as untuned, is a horizontal sum per
+  output; 1792 rows x 256 keys (a 256-token prefill's layer): 10.7 ms in parallel rows, 1.07
+  ms in tiles.
 
 Per layer of a 0.5B Qwen2 on 2 cores of a Xeon with AVX-512 (scores, softmax, ``probs @
 V``): a decode step at context 1008 took 138, 58 and 958 us untuned (23 us with the reduction

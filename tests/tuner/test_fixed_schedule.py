@@ -140,6 +140,26 @@ def test_the_fixed_schedule_applies_its_steps_and_stays_exact(
         np.testing.assert_allclose(out, untuned, rtol=1e-5, atol=1e-5)
 
 
+def test_scores_that_are_no_einsum_keep_parallel_rows(llvm_target) -> None:
+    """Keys read in reverse (an index no padding can follow): the key tiles give way to
+    parallel rows, still exact."""
+    n, m = _two_vars()
+    q = te.placeholder((HEADS, n, HEAD), name="Q")
+    k = te.placeholder((m, HEADS, HEAD), name="K")
+    r = te.reduce_axis((0, HEAD), name="r")
+    s = te.compute(
+        (HEADS, n, m), lambda h, i, j: te.sum(q[h, i, r] * k[m - 1 - j, h, r], axis=r), name="S"
+    )
+    func = te.create_prim_func([q, k, s])
+    fixed = fixed_schedule(func)
+    assert fixed is not None and fixed.steps == ("parallel over rows",)
+    for n_, m_ in VALUES:
+        qa, ka, out = _run(fixed.func, n_, m_, llvm_target)
+        np.testing.assert_allclose(
+            out, np.einsum("hir,jhr->hij", qa, ka[::-1]), rtol=1e-4, atol=1e-4
+        )
+
+
 def test_kernels_without_work_inside_their_rows_are_left_alone() -> None:
     n, m = _two_vars()
     ramp = te.compute((n + m,), lambda i: i.astype("int32"), name="R")  # an arange

@@ -179,7 +179,7 @@ def _key_tiles(sch: tvm.s_tir.Schedule) -> bool:
     for attempt in (sch.copy(), sch):  # the real one only once the trial went through
         try:
             _tile_keys(attempt, len(kinds))
-        except (tvm.s_tir.ScheduleError, ValueError):
+        except (RuntimeError, ValueError):  # a schedule primitive's error, or another pattern
             return False
     return True
 
@@ -204,9 +204,10 @@ def _tile_keys(sch: tvm.s_tir.Schedule, n_loops: int) -> None:
         raise ValueError("the keys were not padded")
     names = [sch.get(b).name_hint for b in blocks]
     after = blocks[names.index(name) + 1 :]
-    trim = after[0]  # pad_einsum's copy of the padded scores into the unpadded ones
-    try:
-        sch.compute_inline(trim)
+    if not after:
+        raise ValueError("no copy of the padded scores")
+    try:  # pad_einsum's copy of the padded scores into the unpadded ones
+        sch.compute_inline(after[0])
         after = after[1:]
     except tvm.s_tir.ScheduleError:
         pass  # the scores are the output: the copy stays, under the tile

@@ -27,16 +27,20 @@ wrote it. Four steps no tuning is needed to see, each exact for every value of e
 
 Per layer of a 0.5B Qwen2 on 2 cores of a Xeon with AVX-512 (scores, softmax, ``probs @
 V``): a decode step at context 1008 took 138, 58 and 958 us untuned (23 us with the reduction
-outermost alone) and 72, 31 and 13 us fixed; a 256-token prefill 9.4, 3.4 and 60 ms untuned
-and 4.7, 1.9 and 0.8 ms fixed.
+outermost alone) and 72, 31 and 13 us fixed with the scores in parallel rows; a 256-token
+prefill 9.4, 3.4 and 60 ms untuned and 4.7, 1.9 and 0.8 ms fixed (the key tiles' figures
+above are from a Zen 4 VM).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import tvm
 from tvm import tirx
+
+from tuner.symbolic.rangekernel import uses_var
 
 MAX_LANES = 64  # the innermost static spatial extent vectorized whole (a head dimension)
 KEY_TILE = 64  # keys per tile of the scores (one transposed tile: 64 x head dimension floats)
@@ -141,15 +145,29 @@ def _parallel_rows(sch: tvm.s_tir.Schedule) -> bool:
         return False  # static, or nothing inside the rows (an arange): not worth a thread
     if not all(data_par[: lead + 1]):
         return False
-    for attempt in (sch.copy(), sch):  # the real one only once the trial went through
+
+    def fuse_rows(attempt: tvm.s_tir.Schedule) -> None:
+        fused = attempt.fuse(*attempt.get_loops(blocks[anchor])[: lead + 1])
+        for block in reversed(blocks[:anchor]):
+            attempt.compute_at(block, fused, preserve_unit_loops=True)
+        for block in blocks[anchor + 1 :]:
+            attempt.reverse_compute_at(block, fused, preserve_unit_loops=True)
+        attempt.parallel(fused)
+
+    return _on_a_copy_first(sch, fuse_rows, (tvm.s_tir.ScheduleError,))
+
+
+def _on_a_copy_first(
+    sch: tvm.s_tir.Schedule,
+    steps: Callable[[tvm.s_tir.Schedule], None],
+    errors: tuple[type[Exception], ...],
+) -> bool:
+    """Apply ``steps`` to a copy of ``sch``, then, when none raised one of ``errors``, to
+    ``sch`` itself; whether they went through (else ``sch`` is unchanged)."""
+    for attempt in (sch.copy(), sch):
         try:
-            fused = attempt.fuse(*attempt.get_loops(blocks[anchor])[: lead + 1])
-            for block in reversed(blocks[:anchor]):
-                attempt.compute_at(block, fused, preserve_unit_loops=True)
-            for block in blocks[anchor + 1 :]:
-                attempt.reverse_compute_at(block, fused, preserve_unit_loops=True)
-            attempt.parallel(fused)
-        except tvm.s_tir.ScheduleError:
+            steps(attempt)
+        except errors:
             return False
     return True
 
@@ -176,12 +194,8 @@ def _key_tiles(sch: tvm.s_tir.Schedule) -> bool:
     dot, keys = (sch.get(loop).extent for loop in loops[-2:][::-1])
     if not isinstance(dot, tirx.IntImm) or int(dot) > MAX_DOT or isinstance(keys, tirx.IntImm):
         return False
-    for attempt in (sch.copy(), sch):  # the real one only once the trial went through
-        try:
-            _tile_keys(attempt, len(kinds))
-        except (RuntimeError, ValueError):  # a schedule primitive's error, or another pattern
-            return False
-    return True
+    # a schedule primitive's error (RuntimeError), or another pattern (ValueError)
+    return _on_a_copy_first(sch, lambda s: _tile_keys(s, len(kinds)), (RuntimeError, ValueError))
 
 
 def _tile_keys(sch: tvm.s_tir.Schedule, n_loops: int) -> None:
@@ -191,13 +205,14 @@ def _tile_keys(sch: tvm.s_tir.Schedule, n_loops: int) -> None:
     scores = sch.get_sblock(name)
     block = sch.get(scores)
     j_var, d_var = (iv.var for iv in block.iter_vars[-2:])
-    keyed = [r for r in block.reads if any(_uses(rng.min, j_var) for rng in r.region)]
+    keyed = [r for r in block.reads if any(uses_var(rng.min, j_var.name) for rng in r.region)]
     if len(block.reads) != 2 or len(keyed) != 1:
         raise ValueError("not a product of rows and keys")
     index = [rng.min for rng in keyed[0].region]
-    if not (index[-1].same_as(d_var) and sum(_uses(i, j_var) for i in index) == 1):
+    by_key = [i for i, e in enumerate(index) if uses_var(e, j_var.name)]
+    if not (index[-1].same_as(d_var) and len(by_key) == 1):
         raise ValueError("the keys' operand is not indexed by key, then dot")
-    at_j = next(i for i, e in enumerate(index) if _uses(e, j_var))
+    at_j = by_key[0]
     blocks = _root_blocks(sch)
     padded = [b for b in blocks if sch.get(b).writes[0].source.same_as(keyed[0].source)]
     if len(padded) != 1:
@@ -229,10 +244,6 @@ def _tile_keys(sch: tvm.s_tir.Schedule, n_loops: int) -> None:
     sch.vectorize(key_i)
     init = sch.decompose_reduction(scores, dot)
     sch.vectorize(sch.get_loops(init)[-1])
-
-
-def _uses(expr: tirx.PrimExpr, var: tirx.Var) -> bool:
-    return any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr))
 
 
 def _reorder(sch: tvm.s_tir.Schedule, block: tvm.s_tir.SBlockRV) -> bool:
